@@ -1,0 +1,107 @@
+"""convostore: the conversation store for AI agents.
+
+    store = await convostore.connect("sqlite:///convostore.db")
+    async with store:
+        session = await store.create_session(User("u1", "Ada"))
+        await store.add_message(session.id, MessageWrite(Role.USER, "hello", author="u1"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from convostore.backends import DEFAULT_URL, open_store
+from convostore.cursors import decode_cursor, encode_cursor
+from convostore.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    EventIdConflictError,
+    InvalidArgumentError,
+    InvalidCursorError,
+    NotFoundError,
+    NotIndexedError,
+    ReembedIncompleteError,
+    SchemaVersionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StaleObjectError,
+    StoreError,
+    UnknownUserError,
+)
+from convostore.filters import EventFilter
+from convostore.ids import new_id
+from convostore.model import (
+    COMPACTION,
+    MESSAGE,
+    Asset,
+    Attachment,
+    DataAttachment,
+    Event,
+    EventWrite,
+    Message,
+    MessageWrite,
+    Page,
+    PageRequest,
+    Role,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    ToolCall,
+    User,
+)
+from convostore.store import Capabilities, Store
+
+__all__ = [
+    "COMPACTION",
+    "DEFAULT_URL",
+    "MESSAGE",
+    "Asset",
+    "Attachment",
+    "BackendUnavailableError",
+    "Capabilities",
+    "ConflictError",
+    "DataAttachment",
+    "Event",
+    "EventFilter",
+    "EventIdConflictError",
+    "EventWrite",
+    "InvalidArgumentError",
+    "InvalidCursorError",
+    "Message",
+    "MessageWrite",
+    "NotFoundError",
+    "NotIndexedError",
+    "Page",
+    "PageRequest",
+    "ReembedIncompleteError",
+    "Role",
+    "SchemaVersionError",
+    "Session",
+    "SessionExistsError",
+    "SessionFilter",
+    "SessionNotFoundError",
+    "SessionOrder",
+    "SessionSummary",
+    "StaleObjectError",
+    "Store",
+    "StoreError",
+    "ToolCall",
+    "UnknownUserError",
+    "User",
+    "connect",
+    "decode_cursor",
+    "encode_cursor",
+    "new_id",
+]
+
+
+async def connect(
+    url: str = DEFAULT_URL, *, indexed_metadata: Iterable[str] = (), **options: Any
+) -> Store:
+    """Open a store. ``memory://`` keeps everything in this process;
+    ``sqlite:///path.db`` (the default, ``./convostore.db``) is the embedded database.
+    ``indexed_metadata`` names the session metadata keys `Store.find_sessions_by_metadata`
+    can search."""
+    return await open_store(url, indexed_metadata=indexed_metadata, **options)

@@ -1,0 +1,33 @@
+"""JSON as every backend stores it: strict (no NaN), compact, order kept."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from convostore.errors import InvalidArgumentError
+
+
+def dumps(value: Any, name: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"{name} is not JSON-serialisable: {error}") from error
+
+
+def loads(text: str) -> Any:
+    return json.loads(text)
+
+
+def normalized(value: Any, name: str) -> tuple[Any, str]:
+    """``value`` as it will read back (tuples become lists, keys strings), and its JSON."""
+    text = dumps(value, name)
+    return json.loads(text), text
+
+
+def index_value(value: Any) -> str:
+    """How a metadata value is compared by `Store.find_sessions_by_metadata`: a string
+    as itself, anything else as its compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

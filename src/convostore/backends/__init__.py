@@ -1,0 +1,47 @@
+"""Backends, one module per database, imported lazily by URL scheme."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from convostore.errors import InvalidArgumentError
+from convostore.store import Store
+
+__all__ = ["DEFAULT_URL", "open_store"]
+
+DEFAULT_URL = "sqlite:///convostore.db"
+
+_PLANNED = {
+    "postgresql": "PostgreSQL",
+    "postgres": "PostgreSQL",
+    "mysql": "MySQL/MariaDB",
+    "mariadb": "MySQL/MariaDB",
+    "falkordb": "FalkorDB",
+    "neo4j": "Neo4j",
+    "bolt": "Neo4j",
+    "memgraph": "Memgraph",
+}
+
+
+async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: Any) -> Store:
+    """Connect the backend that ``url``'s scheme names."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidArgumentError("a store URL must be a non-blank string")
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.lower() if sep else "sqlite"
+    if scheme == "memory":
+        from convostore.backends.memory import MemoryStore
+
+        return MemoryStore(indexed_metadata=indexed_metadata, **options)
+    if scheme == "sqlite":
+        from convostore.backends.sqlite import SQLiteStore
+
+        return await SQLiteStore.open(url, indexed_metadata=indexed_metadata, **options)
+    if scheme.split("+")[0] in _PLANNED:
+        from convostore.errors import BackendUnavailableError
+
+        raise BackendUnavailableError(
+            f"the {_PLANNED[scheme.split('+')[0]]} backend is not in this release of convostore"
+        )
+    raise InvalidArgumentError(f"unknown store URL scheme {scheme!r} in {url!r}")

@@ -1,0 +1,927 @@
+"""The `Store` contract, written once, and what is built on it.
+
+`Store` is the public async API. Its docstrings state what every backend guarantees.
+Each public method validates and normalises its arguments here, then calls a small set
+of primitives (the abstract ``_`` methods) that a backend implements, each as one
+transaction. A backend never re-checks what this module checked.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import secrets
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self
+
+from convostore import _json
+from convostore._codec import MessageParts, message_parts_json
+from convostore._time import require_aware, to_micros, utc_now
+from convostore.cursors import Keyset, decode_cursor, encode_cursor
+from convostore.errors import (
+    InvalidArgumentError,
+    NotIndexedError,
+    SessionNotFoundError,
+)
+from convostore.filters import (
+    EventFilter,
+    parse_role,
+    validate_branch,
+    validate_event_type,
+)
+from convostore.ids import new_id
+from convostore.model import (
+    COMPACTION,
+    MESSAGE,
+    Asset,
+    Attachment,
+    DataAttachment,
+    Event,
+    EventWrite,
+    Message,
+    MessageWrite,
+    Page,
+    PageRequest,
+    Role,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    ToolCall,
+    User,
+    UserRef,
+)
+
+__all__ = [
+    "MAX_PAGE_SIZE",
+    "AppendOutcome",
+    "Capabilities",
+    "NewSession",
+    "PreparedAppend",
+    "PreparedEvent",
+    "SessionChanges",
+    "Store",
+]
+
+MAX_PAGE_SIZE = 100
+_METADATA_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend offers beyond the contract every backend meets.
+
+    - ``persistent``: data survives closing the store and connecting again.
+    - ``native_vector_index``: vector search runs on an index rather than a scan.
+    - ``full_text_index``: text search runs on a full-text index rather than a scan.
+    - ``cross_process``: several processes may open the same database at once.
+    """
+
+    persistent: bool
+    native_vector_index: bool = False
+    full_text_index: bool = False
+    cross_process: bool = False
+
+
+# --------------------------------------------------------------------------------------
+# What the public methods hand to a backend's primitives: validated, normalised values.
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """A validated session to insert, with the users it needs."""
+
+    session: Session
+    metadata_json: str
+    indexed_metadata: tuple[tuple[str, str], ...]
+    users_to_insert: tuple[User, ...]
+    required_user_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionChanges:
+    """What `Store.update_session` writes, guarded by ``expected_stamp``."""
+
+    session_id: str
+    expected_stamp: str
+    title: str | None
+    metadata: Mapping[str, Any]
+    metadata_json: str
+    indexed_metadata: tuple[tuple[str, str], ...]
+    expires_at: datetime | None
+    new_stamp: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """An event ready to store. ``event.seq`` is 0 until the backend assigns it.
+
+    ``metadata_json`` and ``payload_json`` are the JSON of the event's metadata and
+    payload; for a message, ``message_json`` holds the JSON of its list-valued parts.
+    """
+
+    event: Event
+    caller_id: bool
+    metadata_json: str
+    payload_json: str | None
+    message_json: MessageParts | None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    """One append: a single idempotent event (``expected_version`` None) or a batch.
+
+    ``activity_at`` is set when the append holds a non-synthetic message: the session's
+    ``last_activity_at`` becomes max(stored, activity_at). ``started_by`` is the author of
+    the first authored message in the append, for the session's summary.
+    """
+
+    session_id: str
+    events: tuple[PreparedEvent, ...]
+    expected_version: int | None
+    users_to_insert: tuple[User, ...]
+    required_user_ids: tuple[str, ...]
+    activity_at: datetime | None
+    new_message_count: int
+    started_by: str | None
+    new_stamp: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """``applied`` False: a batch whose expected version was not current (``events`` is
+    empty), or an idempotent replay (``events`` holds the stored event)."""
+
+    applied: bool
+    events: list[Event] = field(default_factory=list)
+
+
+def new_stamp() -> str:
+    return secrets.token_hex(8)
+
+
+class Store(abc.ABC):
+    """The conversation store: users, sessions, and one ordered log per session.
+
+    Every backend guarantees what these docstrings say. Every write is one transaction:
+    it applies whole or not at all. Every wrong call raises an error of
+    `convostore.errors` and writes nothing. Times are timezone-aware UTC with
+    microsecond precision.
+    """
+
+    capabilities: Capabilities
+
+    def __init__(self, *, indexed_metadata: Iterable[str] = ()) -> None:
+        keys = tuple(dict.fromkeys(indexed_metadata))
+        for key in keys:
+            if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key):
+                raise InvalidArgumentError(f"invalid indexed metadata key {key!r}")
+        self.indexed_metadata: frozenset[str] = frozenset(keys)
+        self._closed = False
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release the backend's connections. Closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._close()
+
+    # ---------------------------------------------------------------- users
+
+    async def put_user(self, user: User) -> User:
+        """Insert the user, or overwrite the stored one with the same id."""
+        user = _check_user(user)
+        await self._put_user(user)
+        return user
+
+    async def get_user(self, user_id: str) -> User | None:
+        """The stored user, or None."""
+        return await self._get_user(_check_id(user_id, "user_id"))
+
+    # ---------------------------------------------------------------- sessions
+
+    async def create_session(
+        self,
+        owner: UserRef | None,
+        *,
+        session_id: str | None = None,
+        title: str | None = None,
+        kind: str = "chat",
+        part_of: str | None = None,
+        held_with: UserRef | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
+    ) -> Session:
+        """Create a session. ``owner`` and ``held_with`` are `User` values (inserted if
+        absent) or ids of stored users (`UnknownUserError` otherwise).
+
+        An existing id raises `SessionExistsError` and leaves that session untouched.
+        ``part_of`` must name an existing top-level session (`SessionNotFoundError`
+        otherwise) with the same owner (`InvalidArgumentError` otherwise).
+        """
+        new = self._new_session(
+            owner, session_id, title, kind, part_of, held_with, metadata, expires_at
+        )
+        created = await self._insert_session(new, if_absent=False)
+        assert created is not None
+        return created
+
+    async def create_session_if_absent(
+        self,
+        owner: UserRef | None,
+        *,
+        session_id: str,
+        title: str | None = None,
+        kind: str = "chat",
+        part_of: str | None = None,
+        held_with: UserRef | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
+    ) -> bool:
+        """Create the session unless one with this id exists. Atomic: of many
+        concurrent calls for one id exactly one returns True."""
+        new = self._new_session(
+            owner, session_id, title, kind, part_of, held_with, metadata, expires_at
+        )
+        return await self._insert_session(new, if_absent=True) is not None
+
+    async def get_session(self, session_id: str) -> Session | None:
+        """The session, or None. Expired sessions are returned until deleted."""
+        return await self._get_session(_check_id(session_id, "session_id"))
+
+    async def update_session(self, session: Session) -> Session:
+        """Write ``title``, ``metadata`` and ``expires_at`` of a session read from the
+        store, only if its ``stamp`` still matches the stored one; otherwise
+        `StaleObjectError` and nothing is written. Returns the session as stored."""
+        if not isinstance(session, Session):
+            raise InvalidArgumentError("update_session takes a Session read from the store")
+        metadata, metadata_json = self._metadata(session.metadata)
+        changes = SessionChanges(
+            session_id=_check_id(session.id, "session.id"),
+            expected_stamp=session.stamp,
+            title=_check_title(session.title),
+            metadata=metadata,
+            metadata_json=metadata_json,
+            indexed_metadata=self._indexed_pairs(metadata),
+            expires_at=_optional_time(session.expires_at, "expires_at"),
+            new_stamp=new_stamp(),
+        )
+        return await self._update_session(changes)
+
+    async def set_title(self, session_id: str, title: str | None) -> Session:
+        """Write the title alone. Never conflicts; changes the stamp.
+        An unknown session raises `SessionNotFoundError`."""
+        return await self._set_title(
+            _check_id(session_id, "session_id"), _check_title(title), new_stamp()
+        )
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete the session, the sessions that are part of it, and all their events.
+        Users are kept. False when there was no such session."""
+        return await self._delete_session(_check_id(session_id, "session_id"))
+
+    async def list_sessions(
+        self,
+        owner_id: str,
+        page: PageRequest | None = None,
+        filter: SessionFilter | None = None,
+    ) -> Page[Session]:
+        """One page of the owner's sessions, newest first, by keyset (page n costs what
+        page 1 costs). Top-level sessions only unless ``filter.include_parts``."""
+        owner_id, page, keyset, filter = self._listing(owner_id, page, filter)
+        rows = await self._list_sessions(owner_id, page.order, keyset, page.size + 1, filter)
+        return _page(rows, page, lambda s: s)
+
+    async def list_summaries(
+        self,
+        owner_id: str,
+        page: PageRequest | None = None,
+        filter: SessionFilter | None = None,
+    ) -> Page[SessionSummary]:
+        """`list_sessions`, each session with its owner, message count and first author,
+        all computed by the backend's query without loading message bodies."""
+        owner_id, page, keyset, filter = self._listing(owner_id, page, filter)
+        rows = await self._list_summaries(owner_id, page.order, keyset, page.size + 1, filter)
+        return _page(rows, page, lambda s: s.session)
+
+    async def count_sessions(self, owner_id: str, filter: SessionFilter | None = None) -> int:
+        """How many sessions `list_sessions` would list over all its pages."""
+        return await self._count_sessions(
+            _check_id(owner_id, "owner_id"), _check_session_filter(filter)
+        )
+
+    async def find_part(self, part_of: str, held_with: UserRef) -> Session | None:
+        """The earliest session that is part of ``part_of`` and held with that user."""
+        return await self._find_part(
+            _check_id(part_of, "part_of"), _user_id(held_with, "held_with")
+        )
+
+    async def find_or_create_part(
+        self,
+        part_of: str,
+        held_with: UserRef,
+        *,
+        title: str | None = None,
+        kind: str = "chat",
+    ) -> Session:
+        """`find_part`, or a new part owned by the parent's owner. Under a race every
+        caller settles on the same, earliest, session."""
+        parent = await self._get_session(_check_id(part_of, "part_of"))
+        if parent is None:
+            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+        new = self._new_session(
+            parent.owner_id, None, title, kind, part_of, held_with, None, None
+        )
+        return await self._find_or_insert_part(new)
+
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
+        """The sessions that are part of ``part_of``, oldest first, with their summaries."""
+        return await self._list_parts(_check_id(part_of, "part_of"))
+
+    async def participants(self, session_id: str) -> list[User]:
+        """Everyone who wrote a message in the session, once each, in order of their
+        first message. [] for an unknown session."""
+        return await self._participants(_check_id(session_id, "session_id"))
+
+    async def find_sessions_by_metadata(self, name: str, value: Any) -> list[Session]:
+        """Sessions whose metadata ``name`` equals ``value``, compared as strings in full
+        (a non-string as its compact JSON), oldest first. Only keys named in the store's
+        ``indexed_metadata`` can be searched; others raise `NotIndexedError`."""
+        if name not in self.indexed_metadata:
+            raise NotIndexedError(
+                f"metadata key {name!r} is not indexed; pass it in connect(..., "
+                "indexed_metadata=[...]) to search by it"
+            )
+        return await self._find_sessions_by_metadata(name, _json.index_value(value))
+
+    async def delete_expired(self, before: datetime | None = None) -> int:
+        """Delete every session with ``expires_at < before`` (default: now), with its
+        parts and events; atomically per session, so a session whose expiry was
+        extended concurrently survives. Returns how many expired sessions were deleted
+        (their parts are not counted)."""
+        when = utc_now() if before is None else require_aware(before, "before")
+        return await self._delete_expired(when)
+
+    # ---------------------------------------------------------------- the log
+
+    async def add_message(self, session_id: str, message: MessageWrite) -> Message:
+        """Append a message (see `append_event`)."""
+        if not isinstance(message, MessageWrite):
+            raise InvalidArgumentError("add_message takes a MessageWrite")
+        event = await self.append_event(session_id, message)
+        assert isinstance(event, Message)
+        return event
+
+    async def append_event(self, session_id: str, write: MessageWrite | EventWrite) -> Event:
+        """Append one event at the end of the log; the store assigns ``seq``, and
+        ``created_at`` where the write gives none.
+
+        Idempotent by id: an id already in this log is a retried append, which returns
+        the stored event, writes nothing and keeps the version. An id used by another
+        session raises `EventIdConflictError`. An unknown session raises
+        `SessionNotFoundError` and creates nothing.
+        """
+        prepared = self._prepare_append(session_id, [write], expected_version=None)
+        outcome = await self._append(prepared)
+        return outcome.events[0]
+
+    async def append_events(
+        self,
+        session_id: str,
+        writes: Sequence[MessageWrite | EventWrite],
+        expected_version: int,
+    ) -> bool:
+        """Append all the writes, or none: only if the log's version equals
+        ``expected_version``; False and nothing written otherwise. A successful batch
+        adds 1 to the version whatever its size. An id already stored (in any log) or
+        given twice raises `EventIdConflictError`."""
+        if (
+            not isinstance(expected_version, int)
+            or isinstance(expected_version, bool)
+            or expected_version < 0
+        ):
+            raise InvalidArgumentError("expected_version must be a non-negative integer")
+        writes = list(writes)
+        prepared = self._prepare_append(session_id, writes, expected_version=expected_version)
+        if not writes:
+            return await self._version(prepared.session_id) == expected_version
+        return (await self._append(prepared)).applied
+
+    async def version(self, session_id: str) -> int:
+        """The log's version: 0 for an unknown or empty session; +1 for every append
+        that adds an event and for every successful batch."""
+        return await self._version(_check_id(session_id, "session_id"))
+
+    async def read(self, session_id: str, filter: EventFilter | None = None) -> list[Event]:
+        """The session's events that pass ``filter``, oldest first (log order; in the
+        active view, view order). [] for an unknown session."""
+        event_filter = (filter or EventFilter()).validated()
+        return await self._read(_check_id(session_id, "session_id"), event_filter)
+
+    async def messages(self, session_id: str, last: int | None = None) -> list[Message]:
+        """The session's MESSAGE events; ``last=n`` as in `EventFilter`."""
+        events = await self.read(session_id, EventFilter(types=(MESSAGE,), last=last))
+        return [event for event in events if isinstance(event, Message)]
+
+    async def set_narration(self, session_id: str, message_id: str, text: str | None) -> bool:
+        """Set (or clear) a message's narration; changes the message's stamp, not the
+        session's activity. False, and nothing written, for a message not in that
+        session."""
+        if text is not None and not isinstance(text, str):
+            raise InvalidArgumentError("narration must be a string or None")
+        return await self._set_narration(
+            _check_id(session_id, "session_id"),
+            _check_id(message_id, "message_id"),
+            text,
+            new_stamp(),
+        )
+
+    # ---------------------------------------------------------------- preparation
+
+    def _metadata(self, metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
+        if metadata is None:
+            return {}, "{}"
+        if not isinstance(metadata, Mapping):
+            raise InvalidArgumentError("metadata must be a mapping")
+        value, text = _json.normalized(dict(metadata), "metadata")
+        return value, text
+
+    def _indexed_pairs(self, metadata: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            (key, _json.index_value(metadata[key]))
+            for key in sorted(self.indexed_metadata)
+            if key in metadata
+        )
+
+    def _new_session(
+        self,
+        owner: UserRef | None,
+        session_id: str | None,
+        title: str | None,
+        kind: str,
+        part_of: str | None,
+        held_with: UserRef | None,
+        metadata: Mapping[str, Any] | None,
+        expires_at: datetime | None,
+    ) -> NewSession:
+        users: list[User] = []
+        required: list[str] = []
+        owner_id = None if owner is None else _collect_user(owner, "owner", users, required)
+        held_with_id = (
+            None if held_with is None else _collect_user(held_with, "held_with", users, required)
+        )
+        if not isinstance(kind, str) or not kind.strip():
+            raise InvalidArgumentError("kind must be a non-blank string")
+        metadata_value, metadata_json = self._metadata(metadata)
+        now = utc_now()
+        session = Session(
+            id=new_id() if session_id is None else _check_id(session_id, "session_id"),
+            owner_id=owner_id,
+            title=_check_title(title),
+            kind=kind,
+            part_of=None if part_of is None else _check_id(part_of, "part_of"),
+            held_with=held_with_id,
+            created_at=now,
+            last_activity_at=now,
+            expires_at=_optional_time(expires_at, "expires_at"),
+            metadata=metadata_value,
+            version=0,
+            stamp=new_stamp(),
+        )
+        return NewSession(
+            session=session,
+            metadata_json=metadata_json,
+            indexed_metadata=self._indexed_pairs(metadata_value),
+            users_to_insert=tuple(users),
+            required_user_ids=tuple(dict.fromkeys(required)),
+        )
+
+    def _listing(
+        self, owner_id: str, page: PageRequest | None, filter: SessionFilter | None
+    ) -> tuple[str, PageRequest, Keyset | None, SessionFilter]:
+        page = page or PageRequest()
+        if not isinstance(page, PageRequest):
+            raise InvalidArgumentError("page must be a PageRequest")
+        if (
+            not isinstance(page.size, int)
+            or isinstance(page.size, bool)
+            or not 1 <= page.size <= MAX_PAGE_SIZE
+        ):
+            raise InvalidArgumentError(
+                f"page size must be between 1 and {MAX_PAGE_SIZE}, got {page.size!r}"
+            )
+        try:
+            order = SessionOrder(page.order)
+        except ValueError:
+            raise InvalidArgumentError(f"unknown session order {page.order!r}") from None
+        keyset = None if page.cursor is None else decode_cursor(page.cursor, order)
+        if order is not page.order:
+            page = PageRequest(page.size, page.cursor, order)
+        return _check_id(owner_id, "owner_id"), page, keyset, _check_session_filter(filter)
+
+    def _prepare_append(
+        self,
+        session_id: str,
+        writes: Sequence[MessageWrite | EventWrite],
+        expected_version: int | None,
+    ) -> PreparedAppend:
+        session_id = _check_id(session_id, "session_id")
+        now = utc_now()
+        users: list[User] = []
+        required: list[str] = []
+        events: list[PreparedEvent] = []
+        activity_at: datetime | None = None
+        message_count = 0
+        started_by: str | None = None
+        seen_ids: set[str] = set()
+        for write in writes:
+            if isinstance(write, MessageWrite):
+                prepared = self._prepare_message(session_id, write, now, users, required)
+                message = prepared.event
+                assert isinstance(message, Message)
+                if not message.synthetic:
+                    activity_at = now
+                    message_count += 1
+                if started_by is None and message.author_id is not None:
+                    started_by = message.author_id
+            elif isinstance(write, EventWrite):
+                prepared = _prepare_event(session_id, write, now)
+            else:
+                raise InvalidArgumentError(
+                    f"an append takes MessageWrite or EventWrite, not {type(write).__name__}"
+                )
+            if prepared.event.id in seen_ids:
+                raise InvalidArgumentError(f"event id {prepared.event.id!r} given twice")
+            seen_ids.add(prepared.event.id)
+            events.append(prepared)
+        return PreparedAppend(
+            session_id=session_id,
+            events=tuple(events),
+            expected_version=expected_version,
+            users_to_insert=tuple(users),
+            required_user_ids=tuple(dict.fromkeys(required)),
+            activity_at=activity_at,
+            new_message_count=message_count,
+            started_by=started_by,
+            new_stamp=new_stamp(),
+        )
+
+    def _prepare_message(
+        self,
+        session_id: str,
+        write: MessageWrite,
+        now: datetime,
+        users: list[User],
+        required: list[str],
+    ) -> PreparedEvent:
+        role = parse_role(write.role)
+        if not isinstance(write.content, str):
+            raise InvalidArgumentError("message content must be a string")
+        author_id = (
+            None if write.author is None else _collect_user(write.author, "author", users, required)
+        )
+        if isinstance(write.recipients, (str, User)):
+            raise InvalidArgumentError("recipients must be a sequence of users or user ids")
+        recipient_ids = tuple(
+            _collect_user(r, "recipient", users, required) for r in write.recipients
+        )
+        created_at = _optional_time(write.created_at, "created_at") or now
+        metadata, metadata_json = self._metadata(write.metadata)
+        tool_calls = tuple(_check_tool_call(c) for c in write.tool_calls)
+        attachments = tuple(_check_attachment(a, created_at) for a in write.attachments)
+        data = tuple(_check_data(d) for d in write.data)
+        assets = tuple(_check_asset(a, created_at) for a in write.assets)
+        embedding = None if write.embedding is None else _check_vector(write.embedding)
+        if embedding is not None and not write.embedding_model:
+            raise InvalidArgumentError("an embedding needs its embedding_model")
+        message = Message(
+            id=_event_id(write.id),
+            session_id=session_id,
+            seq=0,
+            created_at=created_at,
+            branch=None if write.branch is None else validate_branch(write.branch),
+            metadata=metadata,
+            synthetic=bool(write.synthetic),
+            role=role,
+            content=write.content,
+            author_id=author_id,
+            recipient_ids=recipient_ids,
+            in_reply_to=(
+                None if write.in_reply_to is None else _check_id(write.in_reply_to, "in_reply_to")
+            ),
+            tool_calls=tool_calls,
+            tool_call_id=write.tool_call_id,
+            attachments=attachments,
+            data=data,
+            assets=assets,
+            embedding=embedding,
+            embedding_model=write.embedding_model if embedding is not None else None,
+            stamp=new_stamp(),
+        )
+        return PreparedEvent(
+            event=message,
+            caller_id=write.id is not None,
+            metadata_json=metadata_json,
+            payload_json=None,
+            message_json=message_parts_json(message),
+        )
+
+    # ---------------------------------------------------------------- primitives
+    # Each is one transaction (or one consistent read) in the backend.
+
+    @abc.abstractmethod
+    async def _close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def _put_user(self, user: User) -> None: ...
+
+    @abc.abstractmethod
+    async def _get_user(self, user_id: str) -> User | None: ...
+
+    @abc.abstractmethod
+    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+        """Insert the users (if absent) and the session. Check that every required user
+        id is stored (`UnknownUserError`) and that ``part_of`` is an existing top-level
+        session with the same owner (`SessionNotFoundError` / `InvalidArgumentError`).
+        An existing session id: None when ``if_absent``, else `SessionExistsError`."""
+
+    @abc.abstractmethod
+    async def _find_or_insert_part(self, new: NewSession) -> Session:
+        """The earliest part of ``new.session.part_of`` held with ``new.session.held_with``,
+        or ``new`` inserted as in `_insert_session`, atomically."""
+
+    @abc.abstractmethod
+    async def _get_session(self, session_id: str) -> Session | None: ...
+
+    @abc.abstractmethod
+    async def _update_session(self, changes: SessionChanges) -> Session:
+        """`SessionNotFoundError` if gone; `StaleObjectError` if the stamp differs."""
+
+    @abc.abstractmethod
+    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session: ...
+
+    @abc.abstractmethod
+    async def _delete_session(self, session_id: str) -> bool: ...
+
+    @abc.abstractmethod
+    async def _list_sessions(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[Session]:
+        """Up to ``limit`` sessions strictly after ``after`` in ``order``."""
+
+    @abc.abstractmethod
+    async def _list_summaries(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[SessionSummary]: ...
+
+    @abc.abstractmethod
+    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int: ...
+
+    @abc.abstractmethod
+    async def _find_part(self, part_of: str, held_with: str) -> Session | None: ...
+
+    @abc.abstractmethod
+    async def _list_parts(self, part_of: str) -> list[SessionSummary]: ...
+
+    @abc.abstractmethod
+    async def _participants(self, session_id: str) -> list[User]: ...
+
+    @abc.abstractmethod
+    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]: ...
+
+    @abc.abstractmethod
+    async def _delete_expired(self, before: datetime) -> int: ...
+
+    @abc.abstractmethod
+    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+        """Apply the append in one transaction, in this order of checks:
+        unknown session -> `SessionNotFoundError`; unknown required user ->
+        `UnknownUserError`; for a batch, a version other than ``expected_version`` ->
+        ``AppendOutcome(False)``; a single event whose caller-given id is already in
+        this log -> ``AppendOutcome(False, [stored event])``; an id in another log (or,
+        in a batch, already in this one) -> `EventIdConflictError`. Then insert the
+        users (if absent), assign consecutive ``seq`` values, add 1 to the version, set
+        the stamp, advance ``last_activity_at`` to max(stored, ``activity_at``), add
+        ``new_message_count`` and set ``started_by`` if unset."""
+
+    @abc.abstractmethod
+    async def _version(self, session_id: str) -> int: ...
+
+    @abc.abstractmethod
+    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+        """The answer `convostore.filters.apply_filter` gives over the log (or its
+        active view), computed without loading more of the log than the answer needs."""
+
+    @abc.abstractmethod
+    async def _set_narration(
+        self, session_id: str, message_id: str, text: str | None, stamp: str
+    ) -> bool: ...
+
+
+# --------------------------------------------------------------------------------------
+# Checks shared by the public methods.
+
+
+def _page(rows: list[Any], page: PageRequest, session_of: Any) -> Page[Any]:
+    if len(rows) <= page.size:
+        return Page(items=rows, next_cursor=None)
+    items = rows[: page.size]
+    last: Session = session_of(items[-1])
+    keyset = Keyset(
+        order=page.order,
+        session_id=last.id,
+        last_activity_us=(
+            to_micros(last.last_activity_at)
+            if page.order is SessionOrder.LAST_ACTIVITY
+            else None
+        ),
+    )
+    return Page(items=items, next_cursor=encode_cursor(keyset))
+
+
+def _check_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 255:
+        raise InvalidArgumentError(f"{name} must be a non-blank string of at most 255 characters")
+    return value
+
+
+def _event_id(value: str | None) -> str:
+    return new_id() if value is None else _check_id(value, "event id")
+
+
+def _check_title(title: Any) -> str | None:
+    if title is not None and not isinstance(title, str):
+        raise InvalidArgumentError("title must be a string or None")
+    return title
+
+
+def _optional_time(value: datetime | None, name: str) -> datetime | None:
+    return None if value is None else require_aware(value, name)
+
+
+def _check_session_filter(filter: SessionFilter | None) -> SessionFilter:
+    filter = filter or SessionFilter()
+    if not isinstance(filter, SessionFilter):
+        raise InvalidArgumentError("filter must be a SessionFilter")
+    if filter.kind is not None and not isinstance(filter.kind, str):
+        raise InvalidArgumentError("filter.kind must be a string or None")
+    return filter
+
+
+def _check_user(user: Any) -> User:
+    if not isinstance(user, User):
+        raise InvalidArgumentError(f"expected a User, not {type(user).__name__}")
+    _check_id(user.id, "user.id")
+    if not isinstance(user.display_name, str):
+        raise InvalidArgumentError("user.display_name must be a string")
+    if user.kind not in ("human", "agent"):
+        raise InvalidArgumentError(f"user.kind must be 'human' or 'agent', not {user.kind!r}")
+    metadata, _ = _json.normalized(dict(user.metadata), "user.metadata")
+    if metadata != user.metadata:
+        user = User(user.id, user.display_name, user.username, user.email, user.kind, metadata)
+    return user
+
+
+def _user_id(ref: Any, name: str) -> str:
+    if isinstance(ref, User):
+        return _check_id(ref.id, f"{name}.id")
+    return _check_id(ref, name)
+
+
+def _collect_user(ref: Any, name: str, users: list[User], required: list[str]) -> str:
+    """The id of a user reference; a `User` is queued for insert-if-absent, an id is
+    queued for an existence check."""
+    if isinstance(ref, User):
+        user = _check_user(ref)
+        users.append(user)
+        return user.id
+    if isinstance(ref, str):
+        required.append(_check_id(ref, name))
+        return ref
+    raise InvalidArgumentError(f"{name} must be a User or a user id, not {type(ref).__name__}")
+
+
+def _check_tool_call(call: Any) -> ToolCall:
+    if not isinstance(call, ToolCall):
+        raise InvalidArgumentError("tool_calls must hold ToolCall values")
+    arguments, _ = _json.normalized(call.arguments, "tool call arguments")
+    return ToolCall(_check_id(call.id, "tool call id"), call.name, arguments)
+
+
+def _check_attachment(attachment: Any, default_time: datetime) -> Attachment:
+    if not isinstance(attachment, Attachment):
+        raise InvalidArgumentError("attachments must hold Attachment values")
+    return Attachment(
+        id=_check_id(attachment.id, "attachment id"),
+        filename=attachment.filename,
+        mime_type=attachment.mime_type,
+        size_bytes=attachment.size_bytes,
+        content_hash=attachment.content_hash,
+        storage_uri=attachment.storage_uri,
+        created_at=_optional_time(attachment.created_at, "attachment created_at") or default_time,
+    )
+
+
+def _check_data(data: Any) -> DataAttachment:
+    if not isinstance(data, DataAttachment):
+        raise InvalidArgumentError("data must hold DataAttachment values")
+    value, _ = _json.normalized(data.json, "data json")
+    return DataAttachment(_check_id(data.id, "data id"), data.type, data.title, value)
+
+
+def _check_asset(asset: Any, default_time: datetime) -> Asset:
+    if not isinstance(asset, Asset):
+        raise InvalidArgumentError("assets must hold Asset values")
+    return Asset(
+        asset_id=_check_id(asset.asset_id, "asset_id"),
+        name=asset.name,
+        mime_type=asset.mime_type,
+        size_bytes=asset.size_bytes,
+        content_hash=asset.content_hash,
+        storage_uri=asset.storage_uri,
+        created_at=_optional_time(asset.created_at, "asset created_at") or default_time,
+    )
+
+
+def _check_vector(vector: Sequence[float]) -> tuple[float, ...]:
+    """The vector as every backend keeps it: single precision."""
+    try:
+        values = array("f", vector)
+    except (TypeError, OverflowError) as error:
+        raise InvalidArgumentError(f"an embedding must be a sequence of floats: {error}") from error
+    if not values:
+        raise InvalidArgumentError("an embedding must not be empty")
+    return tuple(values.tolist())
+
+
+def _prepare_event(session_id: str, write: EventWrite, now: datetime) -> PreparedEvent:
+    event_type = validate_event_type(write.type)
+    if event_type == MESSAGE:
+        raise InvalidArgumentError("append messages with MessageWrite, not EventWrite")
+    payload, payload_json = _json.normalized(write.payload, "payload")
+    if event_type == COMPACTION:
+        _check_compaction_payload(payload)
+    metadata: dict[str, Any] = {}
+    metadata_json = "{}"
+    if write.metadata is not None:
+        if not isinstance(write.metadata, Mapping):
+            raise InvalidArgumentError("metadata must be a mapping")
+        metadata, metadata_json = _json.normalized(dict(write.metadata), "metadata")
+    event = Event(
+        id=_event_id(write.id),
+        session_id=session_id,
+        seq=0,
+        type=event_type,
+        created_at=_optional_time(write.created_at, "created_at") or now,
+        branch=None if write.branch is None else validate_branch(write.branch),
+        metadata=metadata,
+        payload=payload,
+        synthetic=bool(write.synthetic),
+    )
+    return PreparedEvent(
+        event=event,
+        caller_id=write.id is not None,
+        metadata_json=metadata_json,
+        payload_json=payload_json,
+        message_json=None,
+    )
+
+
+def _check_compaction_payload(payload: Any) -> None:
+    kept = payload.get("kept_event_ids") if isinstance(payload, dict) else None
+    if not isinstance(kept, list) or not all(isinstance(i, str) for i in kept):
+        raise InvalidArgumentError(
+            'a COMPACTION payload must be {"kept_event_ids": [event ids...]}'
+        )
+    summaries = payload.get("summary_event_ids")
+    if summaries is not None and (
+        not isinstance(summaries, list) or not all(isinstance(i, str) for i in summaries)
+    ):
+        raise InvalidArgumentError("summary_event_ids must be a list of event ids")
