@@ -305,7 +305,7 @@ class Store(abc.ABC):
     ) -> Page[Session]:
         """One page of the owner's sessions, newest first, by keyset (page n costs what
         page 1 costs). Top-level sessions only unless ``filter.include_parts``."""
-        owner_id, page, keyset, filter = self._listing(owner_id, page, filter)
+        owner_id, page, keyset, filter = self._page_query(owner_id, page, filter)
         rows = await self._list_sessions(owner_id, page.order, keyset, page.size + 1, filter)
         return _page(rows, page, lambda s: s)
 
@@ -317,7 +317,7 @@ class Store(abc.ABC):
     ) -> Page[SessionSummary]:
         """`list_sessions`, each session with its owner, message count and first author,
         all computed by the backend's query without loading message bodies."""
-        owner_id, page, keyset, filter = self._listing(owner_id, page, filter)
+        owner_id, page, keyset, filter = self._page_query(owner_id, page, filter)
         rows = await self._list_summaries(owner_id, page.order, keyset, page.size + 1, filter)
         return _page(rows, page, lambda s: s.session)
 
@@ -346,9 +346,7 @@ class Store(abc.ABC):
         parent = await self._get_session(_check_id(part_of, "part_of"))
         if parent is None:
             raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
-        new = self._new_session(
-            parent.owner_id, None, title, kind, part_of, held_with, None, None
-        )
+        new = self._new_session(parent.owner_id, None, title, kind, part_of, held_with, None, None)
         return await self._find_or_insert_part(new)
 
     async def list_parts(self, part_of: str) -> list[SessionSummary]:
@@ -513,7 +511,7 @@ class Store(abc.ABC):
             required_user_ids=tuple(dict.fromkeys(required)),
         )
 
-    def _listing(
+    def _page_query(
         self, owner_id: str, page: PageRequest | None, filter: SessionFilter | None
     ) -> tuple[str, PageRequest, Keyset | None, SessionFilter]:
         page = page or PageRequest()
@@ -758,9 +756,7 @@ def _page(rows: list[Any], page: PageRequest, session_of: Any) -> Page[Any]:
         order=page.order,
         session_id=last.id,
         last_activity_us=(
-            to_micros(last.last_activity_at)
-            if page.order is SessionOrder.LAST_ACTIVITY
-            else None
+            to_micros(last.last_activity_at) if page.order is SessionOrder.LAST_ACTIVITY else None
         ),
     )
     return Page(items=items, next_cursor=encode_cursor(keyset))

@@ -1,0 +1,362 @@
+"""The in-memory backend: the reference every other backend is held to.
+
+Everything lives in this process and is gone when it ends. Each primitive runs under
+one lock without awaiting, so it is atomic for every task and thread using the store.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from convostore._json import index_value
+from convostore._time import to_micros
+from convostore.cursors import Keyset
+from convostore.errors import (
+    EventIdConflictError,
+    InvalidArgumentError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StaleObjectError,
+    UnknownUserError,
+)
+from convostore.filters import EventFilter, active_view, apply_filter
+from convostore.model import (
+    Event,
+    Message,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    User,
+)
+from convostore.store import (
+    AppendOutcome,
+    Capabilities,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    Store,
+)
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _SessionRecord:
+    session: Session
+    log: list[Event] = field(default_factory=list)
+    message_count: int = 0
+    started_by: str | None = None
+    # Authors in order of their first message; a dict keeps insertion order.
+    participants: dict[str, None] = field(default_factory=dict)
+
+
+class MemoryStore(Store):
+    """`memory://`: a store held in this process's memory."""
+
+    capabilities = Capabilities(persistent=False)
+
+    def __init__(self, **options: Any) -> None:
+        indexed = options.pop("indexed_metadata", ())
+        if options:
+            raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
+        super().__init__(indexed_metadata=indexed)
+        self._lock = threading.RLock()
+        self._users: dict[str, User] = {}
+        self._sessions: dict[str, _SessionRecord] = {}
+        self._event_sessions: dict[str, str] = {}
+
+    async def _close(self) -> None:
+        return None
+
+    # ---------------------------------------------------------------- users
+
+    async def _put_user(self, user: User) -> None:
+        with self._lock:
+            self._users[user.id] = user
+
+    async def _get_user(self, user_id: str) -> User | None:
+        with self._lock:
+            return self._users.get(user_id)
+
+    def _check_users(self, users: tuple[User, ...], required: tuple[str, ...]) -> None:
+        given = {user.id for user in users}
+        missing = [i for i in required if i not in self._users and i not in given]
+        if missing:
+            raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+
+    def _insert_users(self, users: tuple[User, ...]) -> None:
+        for user in users:
+            self._users.setdefault(user.id, user)
+
+    # ---------------------------------------------------------------- sessions
+
+    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+        with self._lock:
+            return self._insert(new, if_absent=if_absent)
+
+    def _insert(self, new: NewSession, *, if_absent: bool) -> Session | None:
+        session = new.session
+        if session.id in self._sessions:
+            if if_absent:
+                return None
+            raise SessionExistsError(f"session {session.id!r} already exists")
+        self._check_users(new.users_to_insert, new.required_user_ids)
+        if session.part_of is not None:
+            parent = self._sessions.get(session.part_of)
+            if parent is None:
+                raise SessionNotFoundError(f"part_of names no session: {session.part_of!r}")
+            if parent.session.part_of is not None:
+                raise InvalidArgumentError("part_of must name a top-level session")
+            if parent.session.owner_id != session.owner_id:
+                raise InvalidArgumentError("part_of must name a session with the same owner")
+        self._insert_users(new.users_to_insert)
+        self._sessions[session.id] = _SessionRecord(session)
+        return session
+
+    async def _find_or_insert_part(self, new: NewSession) -> Session:
+        with self._lock:
+            assert new.session.part_of is not None and new.session.held_with is not None
+            found = self._find(new.session.part_of, new.session.held_with)
+            if found is not None:
+                return found
+            inserted = self._insert(new, if_absent=False)
+            assert inserted is not None
+            return inserted
+
+    async def _get_session(self, session_id: str) -> Session | None:
+        with self._lock:
+            record = self._sessions.get(session_id)
+            return None if record is None else record.session
+
+    async def _update_session(self, changes: SessionChanges) -> Session:
+        with self._lock:
+            record = self._record(changes.session_id)
+            if record.session.stamp != changes.expected_stamp:
+                raise StaleObjectError(
+                    f"session {changes.session_id!r} was written since it was read"
+                )
+            record.session = replace(
+                record.session,
+                title=changes.title,
+                metadata=changes.metadata,
+                expires_at=changes.expires_at,
+                stamp=changes.new_stamp,
+            )
+            return record.session
+
+    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+        with self._lock:
+            record = self._record(session_id)
+            record.session = replace(record.session, title=title, stamp=stamp)
+            return record.session
+
+    async def _delete_session(self, session_id: str) -> bool:
+        with self._lock:
+            if session_id not in self._sessions:
+                return False
+            self._delete(session_id)
+            return True
+
+    def _delete(self, session_id: str) -> None:
+        parts = [r.session.id for r in self._sessions.values() if r.session.part_of == session_id]
+        for part_id in parts:
+            self._delete(part_id)
+        record = self._sessions.pop(session_id)
+        for event in record.log:
+            self._event_sessions.pop(event.id, None)
+
+    async def _list_sessions(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[Session]:
+        with self._lock:
+            return [r.session for r in self._owner_records(owner_id, order, after, limit, filter)]
+
+    async def _list_summaries(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[SessionSummary]:
+        with self._lock:
+            return [
+                self._summary(r) for r in self._owner_records(owner_id, order, after, limit, filter)
+            ]
+
+    def _owner_records(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[_SessionRecord]:
+        def key(record: _SessionRecord) -> tuple[int, str]:
+            if order is SessionOrder.LAST_ACTIVITY:
+                return (to_micros(record.session.last_activity_at), record.session.id)
+            return (0, record.session.id)
+
+        records = sorted(
+            (r for r in self._sessions.values() if _listed(r.session, owner_id, filter)),
+            key=key,
+            reverse=True,
+        )
+        if after is not None:
+            bound = (after.last_activity_us or 0, after.session_id)
+            records = [r for r in records if key(r) < bound]
+        return records[:limit]
+
+    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+        with self._lock:
+            return sum(1 for r in self._sessions.values() if _listed(r.session, owner_id, filter))
+
+    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+        with self._lock:
+            return self._find(part_of, held_with)
+
+    def _find(self, part_of: str, held_with: str) -> Session | None:
+        parts = [
+            r.session
+            for r in self._sessions.values()
+            if r.session.part_of == part_of and r.session.held_with == held_with
+        ]
+        return min(parts, key=lambda s: s.id, default=None)
+
+    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+        with self._lock:
+            parts = [r for r in self._sessions.values() if r.session.part_of == part_of]
+            return [self._summary(r) for r in sorted(parts, key=lambda r: r.session.id)]
+
+    def _summary(self, record: _SessionRecord) -> SessionSummary:
+        owner_id = record.session.owner_id
+        return SessionSummary(
+            session=record.session,
+            owner=None if owner_id is None else self._users.get(owner_id),
+            message_count=record.message_count,
+            started_by=None if record.started_by is None else self._users.get(record.started_by),
+        )
+
+    async def _participants(self, session_id: str) -> list[User]:
+        with self._lock:
+            record = self._sessions.get(session_id)
+            if record is None:
+                return []
+            return [self._users[i] for i in record.participants if i in self._users]
+
+    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+        with self._lock:
+            found = [
+                r.session
+                for r in self._sessions.values()
+                if name in r.session.metadata and index_value(r.session.metadata[name]) == value
+            ]
+            return sorted(found, key=lambda s: s.id)
+
+    async def _delete_expired(self, before: datetime) -> int:
+        with self._lock:
+            expired = [
+                r.session.id
+                for r in self._sessions.values()
+                if r.session.expires_at is not None and r.session.expires_at < before
+            ]
+            deleted = 0
+            for session_id in expired:
+                # A part may already be gone with its expired parent.
+                if session_id in self._sessions:
+                    self._delete(session_id)
+                    deleted += 1
+            return deleted
+
+    # ---------------------------------------------------------------- the log
+
+    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+        with self._lock:
+            record = self._record(append.session_id)
+            self._check_users(append.users_to_insert, append.required_user_ids)
+            session = record.session
+            if append.expected_version is not None and session.version != append.expected_version:
+                return AppendOutcome(applied=False)
+            for prepared in append.events:
+                owner = self._event_sessions.get(prepared.event.id)
+                if owner is None:
+                    continue
+                if owner == append.session_id and append.expected_version is None:
+                    stored = next(e for e in record.log if e.id == prepared.event.id)
+                    return AppendOutcome(applied=False, events=[stored])
+                raise EventIdConflictError(
+                    f"event id {prepared.event.id!r} is already used"
+                    + ("" if owner == append.session_id else " by another session")
+                )
+            self._insert_users(append.users_to_insert)
+            events: list[Event] = []
+            for offset, prepared in enumerate(append.events, start=1):
+                event = replace(prepared.event, seq=len(record.log) + offset)
+                events.append(event)
+                if isinstance(event, Message) and event.author_id is not None:
+                    record.participants.setdefault(event.author_id, None)
+            record.log.extend(events)
+            for event in events:
+                self._event_sessions[event.id] = append.session_id
+            record.message_count += append.new_message_count
+            if record.started_by is None:
+                record.started_by = append.started_by
+            last_activity = session.last_activity_at
+            if append.activity_at is not None and append.activity_at > last_activity:
+                last_activity = append.activity_at
+            record.session = replace(
+                session,
+                version=session.version + 1,
+                last_activity_at=last_activity,
+                stamp=append.new_stamp,
+            )
+            return AppendOutcome(applied=True, events=events)
+
+    async def _version(self, session_id: str) -> int:
+        with self._lock:
+            record = self._sessions.get(session_id)
+            return 0 if record is None else record.session.version
+
+    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+        with self._lock:
+            record = self._sessions.get(session_id)
+            if record is None:
+                return []
+            log = active_view(record.log) if event_filter.active_view else record.log
+            return apply_filter(log, event_filter)
+
+    async def _set_narration(
+        self, session_id: str, message_id: str, text: str | None, stamp: str
+    ) -> bool:
+        with self._lock:
+            record = self._sessions.get(session_id)
+            if record is None:
+                return False
+            for index, event in enumerate(record.log):
+                if event.id == message_id and isinstance(event, Message):
+                    record.log[index] = replace(event, narration=text, stamp=stamp)
+                    return True
+            return False
+
+    def _record(self, session_id: str) -> _SessionRecord:
+        record = self._sessions.get(session_id)
+        if record is None:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        return record
+
+
+def _listed(session: Session, owner_id: str, filter: SessionFilter) -> bool:
+    return (
+        session.owner_id == owner_id
+        and (filter.include_parts or session.part_of is None)
+        and (filter.kind is None or session.kind == filter.kind)
+    )
