@@ -75,7 +75,7 @@ def _parse(cursor: str) -> Keyset:
     if document.get("v") != CURSOR_VERSION:
         raise ValueError(f"unknown cursor version {document.get('v')!r}")
     try:
-        order = SessionOrder(document.get("o"))
+        order = SessionOrder(str(document.get("o")))
     except ValueError as error:
         raise ValueError(f"unknown order {document.get('o')!r} in the cursor") from error
     session_id = document.get("id")

@@ -46,7 +46,6 @@ from convostore.model import (
     MessageWrite,
     Page,
     PageRequest,
-    Role,
     Session,
     SessionFilter,
     SessionOrder,
@@ -800,9 +799,10 @@ def _check_user(user: Any) -> User:
     if user.kind not in ("human", "agent"):
         raise InvalidArgumentError(f"user.kind must be 'human' or 'agent', not {user.kind!r}")
     metadata, _ = _json.normalized(dict(user.metadata), "user.metadata")
+    checked: User = user
     if metadata != user.metadata:
-        user = User(user.id, user.display_name, user.username, user.email, user.kind, metadata)
-    return user
+        checked = User(user.id, user.display_name, user.username, user.email, user.kind, metadata)
+    return checked
 
 
 def _user_id(ref: Any, name: str) -> str:

@@ -37,7 +37,8 @@ async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: An
     if scheme == "sqlite":
         from convostore.backends.sqlite import SQLiteStore
 
-        return await SQLiteStore.open(url, indexed_metadata=indexed_metadata, **options)
+        store: Store = await SQLiteStore.open(url, indexed_metadata=indexed_metadata, **options)
+        return store
     if scheme.split("+")[0] in _PLANNED:
         from convostore.errors import BackendUnavailableError
 
