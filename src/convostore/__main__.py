@@ -1,0 +1,5 @@
+"""``python -m convostore``."""
+
+from convostore.cli import main
+
+raise SystemExit(main())

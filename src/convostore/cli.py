@@ -1,0 +1,26 @@
+"""The ``convostore`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+
+from convostore.backends import DEFAULT_URL
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="convostore", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="a guided tour on a real database")
+    demo.add_argument(
+        "--url", default=DEFAULT_URL, help=f"the store to use (default: {DEFAULT_URL})"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from convostore.demo import run_demo
+
+        asyncio.run(run_demo(args.url))
+    return 0
