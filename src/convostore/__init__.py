@@ -1,9 +1,7 @@
 """convostore: the conversation store for AI agents.
 
-    store = await convostore.connect("sqlite:///convostore.db")
-    async with store:
-        session = await store.create_session(User("u1", "Ada"))
-        await store.add_message(session.id, MessageWrite(Role.USER, "hello", author="u1"))
+Open a store with `connect` (async) or `convostore.sync.connect` (blocking); every
+public name is importable from here.
 """
 
 from __future__ import annotations

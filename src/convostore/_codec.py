@@ -105,9 +105,7 @@ def tool_calls_from_json(text: str | None) -> tuple[ToolCall, ...]:
 
 
 def attachments_from_json(text: str | None) -> tuple[Attachment, ...]:
-    return tuple(
-        Attachment(r[0], r[1], r[2], r[3], r[4], r[5], _time(r[6])) for r in _rows(text)
-    )
+    return tuple(Attachment(r[0], r[1], r[2], r[3], r[4], r[5], _time(r[6])) for r in _rows(text))
 
 
 def data_from_json(text: str | None) -> tuple[DataAttachment, ...]:

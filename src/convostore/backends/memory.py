@@ -119,7 +119,8 @@ class MemoryStore(Store):
 
     async def _find_or_insert_part(self, new: NewSession) -> Session:
         with self._lock:
-            assert new.session.part_of is not None and new.session.held_with is not None
+            assert new.session.part_of is not None
+            assert new.session.held_with is not None
             found = self._find(new.session.part_of, new.session.held_with)
             if found is not None:
                 return found
