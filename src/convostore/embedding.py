@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ReembedReport"]
+from convostore.model import Role
+
+__all__ = ["EmbeddingFailed", "ReembedReport"]
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingFailed:
+    """A message was stored without a vector because its embed failed."""
+
+    session_id: str
+    message_id: str
+    role: Role
+    cause: BaseException
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import abc
 import re
 import secrets
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -22,6 +22,7 @@ from convostore import _json
 from convostore._codec import MessageParts, message_parts_json
 from convostore._time import require_aware, to_micros, utc_now
 from convostore.cursors import Keyset, decode_cursor, encode_cursor
+from convostore.embedding import EmbeddingFailed
 from convostore.errors import (
     InvalidArgumentError,
     NotIndexedError,
@@ -181,6 +182,8 @@ class Store(abc.ABC):
                 raise InvalidArgumentError(f"invalid indexed metadata key {key!r}")
         self.indexed_metadata: frozenset[str] = frozenset(keys)
         self._closed = False
+        self._before_close: list[Callable[[], Awaitable[None]]] = []
+        self._embedding_failure_listeners: list[Callable[[EmbeddingFailed], None]] = []
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -196,11 +199,30 @@ class Store(abc.ABC):
         await self.close()
 
     async def close(self) -> None:
-        """Release the backend's connections. Closing twice is harmless."""
+        """Run the before-close callbacks (conversations flush what is pending), then
+        release the backend's connections. Closing twice is harmless."""
         if self._closed:
             return
-        self._closed = True
-        await self._close()
+        try:
+            for callback in list(self._before_close):
+                await callback()
+        finally:
+            self._closed = True
+            await self._close()
+
+    def before_close(self, callback: Callable[[], Awaitable[None]]) -> Callable[[], None]:
+        """Have `close` await ``callback`` before releasing the backend; returns a
+        function that removes it."""
+        self._before_close.append(callback)
+        return lambda: _discard(self._before_close, callback)
+
+    def on_embedding_failed(
+        self, listener: Callable[[EmbeddingFailed], None]
+    ) -> Callable[[], None]:
+        """Call ``listener`` whenever a message is stored without the vector its
+        embedder should have given it; returns a function that removes it."""
+        self._embedding_failure_listeners.append(listener)
+        return lambda: _discard(self._embedding_failure_listeners, listener)
 
     # ---------------------------------------------------------------- users
 
@@ -744,6 +766,11 @@ class Store(abc.ABC):
 
 # --------------------------------------------------------------------------------------
 # Checks shared by the public methods.
+
+
+def _discard(items: list[Any], item: Any) -> None:
+    if item in items:
+        items.remove(item)
 
 
 def _page(rows: list[Any], page: PageRequest, session_of: Any) -> Page[Any]:
