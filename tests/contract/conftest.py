@@ -1,0 +1,156 @@
+"""The backends the contract suite runs on, and the fixtures that open stores on them.
+
+Adding a backend is one line in `BACKENDS`: its name and a function that gives the URL
+of a fresh, empty database for one test (or `Unavailable` with the reason it cannot run
+here, e.g. no server URL configured). A backend that is unavailable is skipped on a
+laptop and fails the run under ``CI=true``, so CI can never pass by leaving one out.
+
+Tests decide what to run from ``store.capabilities`` only, never from a backend's name.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
+
+import pytest
+
+import convostore
+from convostore import BackendUnavailableError, Store
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Why a backend cannot run in this environment."""
+
+    reason: str
+
+
+BackendUrl = Callable[[Path], "str | Unavailable"]
+
+
+def _module_missing(module: str) -> Unavailable | None:
+    if importlib.util.find_spec(module) is None:
+        return Unavailable(f"{module} is not in this checkout")
+    return None
+
+
+def _memory_url(tmp_path: Path) -> str | Unavailable:
+    return "memory://"
+
+
+def _sqlite_url(tmp_path: Path) -> str | Unavailable:
+    missing = _module_missing("convostore.backends.sqlite")
+    return missing or f"sqlite:///{tmp_path / 'contract.db'}"
+
+
+def _server_url(variable: str) -> BackendUrl:
+    """A backend on a server named by an environment variable (not wired in yet).
+
+    When these backends land, their entry should also give each test its own database
+    or schema so tests stay independent.
+    """
+
+    def url(tmp_path: Path) -> str | Unavailable:
+        value = os.environ.get(variable)
+        return value or Unavailable(f"set {variable} to a server URL to run this backend")
+
+    return url
+
+
+# name -> how to get a fresh database for one test. One line per backend.
+BACKENDS: dict[str, BackendUrl] = {
+    "memory": _memory_url,
+    "sqlite": _sqlite_url,
+    # "postgresql": _server_url("CONVOSTORE_TEST_POSTGRESQL_URL"),
+    # "mysql": _server_url("CONVOSTORE_TEST_MYSQL_URL"),
+    # "falkordb": _server_url("CONVOSTORE_TEST_FALKORDB_URL"),
+    # "neo4j": _server_url("CONVOSTORE_TEST_NEO4J_URL"),
+}
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def backend_missing(name: str, reason: str) -> NoReturn:
+    """Skip on a laptop; under CI a backend that cannot run is a failure."""
+    message = f"backend {name!r} unavailable: {reason}"
+    if in_ci():
+        pytest.fail(message + " (CI=true requires every backend)")
+    pytest.skip(message)
+
+
+class BackendUnderTest:
+    """One backend and the database of one test: ``backend()`` is its URL, the same on
+    every call, so a test can open a second store on the same database (when
+    ``capabilities.persistent`` / ``cross_process`` say that means something)."""
+
+    def __init__(self, name: str, url: str) -> None:
+        self.name = name
+        self.url = url
+
+    def __call__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"BackendUnderTest({self.name!r}, {self.url!r})"
+
+
+@pytest.fixture(params=list(BACKENDS), ids=list(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> BackendUnderTest:
+    name: str = request.param
+    url = BACKENDS[name](tmp_path)
+    if isinstance(url, Unavailable):
+        backend_missing(name, url.reason)
+    return BackendUnderTest(name, url)
+
+
+class StoreFactory(Protocol):
+    def __call__(self, **options: Any) -> Awaitable[Store]: ...
+
+
+@pytest.fixture
+async def connect_store(backend: BackendUnderTest) -> AsyncIterator[StoreFactory]:
+    """Open stores on this test's database; every one is closed at teardown."""
+    opened: list[Store] = []
+
+    async def connect(**options: Any) -> Store:
+        try:
+            store = await convostore.connect(backend(), **options)
+        except BackendUnavailableError as error:
+            backend_missing(backend.name, str(error))
+        opened.append(store)
+        return store
+
+    yield connect
+    for store in reversed(opened):
+        await store.close()
+
+
+@pytest.fixture
+async def store(connect_store: StoreFactory) -> Store:
+    """A store on this test's database."""
+    return await connect_store()
+
+
+INDEXED_KEYS = ("tenant", "topic")
+
+
+@pytest.fixture
+async def indexed_store(connect_store: StoreFactory) -> Store:
+    """A store on this test's database that indexes the metadata keys `INDEXED_KEYS`."""
+    return await connect_store(indexed_metadata=INDEXED_KEYS)
+
+
+@pytest.fixture
+async def peer_stores(store: Store, connect_store: StoreFactory) -> list[Store]:
+    """Several store objects on one database: ``store`` and, when the backend lets
+    several processes share a database, three more connections to it."""
+    if not store.capabilities.cross_process:
+        return [store]
+    return [store, *[await connect_store() for _ in range(3)]]
