@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from convostore import _json
 from convostore._codec import MessageParts, message_parts_json
@@ -55,6 +55,14 @@ from convostore.model import (
     User,
     UserRef,
 )
+
+if TYPE_CHECKING:
+    from convostore.compaction import (
+        CompactionResult,
+        CompactionStrategy,
+        CompactionTrigger,
+        Summarize,
+    )
 
 __all__ = [
     "MAX_PAGE_SIZE",
@@ -471,6 +479,24 @@ class Store(abc.ABC):
             text,
             new_stamp(),
         )
+
+    async def compact(
+        self,
+        session_id: str,
+        strategy: CompactionStrategy,
+        summarize: Summarize,
+        trigger: CompactionTrigger | None = None,
+    ) -> CompactionResult | None:
+        """Compact the active view: read it and its version, cut where ``strategy``
+        says (snapped forward to a turn start; the newest turn is always kept), call
+        ``summarize(events)`` (sync or async, returning a string or a list of them) on
+        what leaves the view, and write the boundary and the summaries in one
+        `append_events` with that version. None, and nothing written, when the trigger
+        does not fire, nothing leaves the view, or another writer moved the version
+        first. An unknown session raises `SessionNotFoundError`."""
+        from convostore.compaction import compact
+
+        return await compact(self, session_id, strategy, summarize, trigger)
 
     # ---------------------------------------------------------------- preparation
 
