@@ -26,6 +26,7 @@ __all__ = [
     "Page",
     "PageRequest",
     "Role",
+    "SearchHit",
     "Session",
     "SessionFilter",
     "SessionOrder",
@@ -256,3 +257,12 @@ class SessionSummary:
     owner: User | None
     message_count: int
     started_by: User | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A message found by `Store.search`, with its score: higher is better (cosine
+    similarity, negative Euclidean distance, a text rank, or a fused rank)."""
+
+    message: Message
+    score: float
