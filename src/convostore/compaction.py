@@ -251,10 +251,16 @@ async def _summaries(summarize: Summarize, events: list[Event]) -> list[str]:
     result = summarize(events)
     if inspect.isawaitable(result):
         result = await result
-    texts = [result] if isinstance(result, str) else list(result)
+    texts: list[object] = (
+        [result]
+        if isinstance(result, str)
+        else list(result)
+        if isinstance(result, list)
+        else [result]
+    )
     if not all(isinstance(text, str) for text in texts):
         raise InvalidArgumentError("summarize must return a string or a list of strings")
-    return texts
+    return [str(text) for text in texts]
 
 
 def _require_positive(value: int, name: str) -> None:
