@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from convostore.backends import DEFAULT_URL, open_store
+from convostore.conversation import BaseConversationFactory, StoredConversation
 from convostore.store import Store
 
 __all__ = ["SyncProxy", "SyncStore", "connect"]
@@ -58,7 +59,7 @@ class SyncProxy:
     """Blocking access to an async object: coroutine methods run on the loop thread."""
 
     # Async classes whose instances, when returned, are wrapped rather than handed out.
-    wrapped_types: tuple[type, ...] = (Store,)
+    wrapped_types: tuple[type, ...] = (Store, BaseConversationFactory, StoredConversation)
 
     def __init__(self, target: Any, loop_thread: _LoopThread) -> None:
         self._target = target
