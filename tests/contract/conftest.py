@@ -145,12 +145,3 @@ INDEXED_KEYS = ("tenant", "topic")
 async def indexed_store(connect_store: StoreFactory) -> Store:
     """A store on this test's database that indexes the metadata keys `INDEXED_KEYS`."""
     return await connect_store(indexed_metadata=INDEXED_KEYS)
-
-
-@pytest.fixture
-async def peer_stores(store: Store, connect_store: StoreFactory) -> list[Store]:
-    """Several store objects on one database: ``store`` and, when the backend lets
-    several processes share a database, three more connections to it."""
-    if not store.capabilities.cross_process:
-        return [store]
-    return [store, *[await connect_store() for _ in range(3)]]

@@ -19,6 +19,7 @@ from convostore import (
     User,
 )
 
+from .conftest import StoreFactory
 from .helpers import (
     AGENT,
     ALICE,
@@ -308,3 +309,24 @@ async def test_what_does_not_move_last_activity(store: Store) -> None:
     await unchanged()
     await store.add_message(session.id, say("retried", id=message.id))
     await unchanged()
+
+
+async def test_everything_survives_reconnecting(store: Store, connect_store: StoreFactory) -> None:
+    if not store.capabilities.persistent:
+        pytest.skip("the backend keeps nothing after close")
+    session = await new_session(store, title="kept", held_with=AGENT, metadata={"k": [1]})
+    part = await store.find_or_create_part(session.id, BOB)
+    message = await store.add_message(session.id, say("hello", author=ALICE, recipients=[BOB]))
+    await store.set_narration(session.id, message.id, "narrated")
+    stored = await store.get_session(session.id)
+    log = await store.read(session.id)
+    await store.close()
+    reopened = await connect_store()
+    assert await reopened.get_session(session.id) == stored
+    assert await reopened.get_session(part.id) == part
+    assert await reopened.read(session.id) == log
+    assert await reopened.version(session.id) == 1
+    assert await reopened.get_user(AGENT.id) == AGENT
+    assert await reopened.participants(session.id) == [ALICE]
+    await reopened.add_message(session.id, say("again"))
+    assert [e.seq for e in await reopened.read(session.id)] == [1, 2]

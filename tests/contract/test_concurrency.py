@@ -1,0 +1,151 @@
+"""Real concurrency: many calls at once on one store object and, where the backend lets
+several processes share a database, spread over several store objects."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from convostore import Event, SessionExistsError, Store
+
+from .conftest import StoreFactory
+from .helpers import AGENT, ALICE, contents, event, new_session, say
+
+WRITERS = 8
+
+
+@pytest.fixture(params=["one-store", "several-stores"])
+async def stores(
+    request: pytest.FixtureRequest, store: Store, connect_store: StoreFactory
+) -> list[Store]:
+    """The stores the concurrent calls are spread over (round robin)."""
+    if request.param == "one-store":
+        return [store]
+    if not store.capabilities.cross_process:
+        pytest.skip("the backend does not share a database between store objects")
+    return [store, *[await connect_store() for _ in range(3)]]
+
+
+def pick(stores: list[Store], index: int) -> Store:
+    return stores[index % len(stores)]
+
+
+async def test_create_session_if_absent_exactly_one_wins(stores: list[Store]) -> None:
+    await stores[0].put_user(ALICE)
+    results = await asyncio.gather(
+        *(
+            pick(stores, i).create_session_if_absent("alice", session_id="race", title=f"t{i}")
+            for i in range(WRITERS)
+        )
+    )
+    assert sorted(results) == [False] * (WRITERS - 1) + [True]
+    winner = results.index(True)
+    session = await stores[0].get_session("race")
+    assert session is not None
+    assert session.title == f"t{winner}"
+    assert await stores[0].count_sessions("alice") == 1
+
+
+async def test_create_session_exactly_one_succeeds(stores: list[Store]) -> None:
+    await stores[0].put_user(ALICE)
+    results = await asyncio.gather(
+        *(
+            pick(stores, i).create_session("alice", session_id="race", title=f"t{i}")
+            for i in range(WRITERS)
+        ),
+        return_exceptions=True,
+    )
+    created = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert len(created) == 1
+    assert all(isinstance(r, SessionExistsError) for r in refused), refused
+    assert await stores[0].get_session("race") == created[0]
+
+
+async def test_batches_with_one_expected_version_exactly_one_applies(
+    stores: list[Store],
+) -> None:
+    session = await new_session(stores[0])
+    await stores[0].add_message(session.id, say("first"))
+    results = await asyncio.gather(
+        *(
+            pick(stores, i).append_events(
+                session.id, [say(f"w{i}-a"), event("APP.X", {"w": i}), say(f"w{i}-b")], 1
+            )
+            for i in range(WRITERS)
+        )
+    )
+    assert sorted(results) == [False] * (WRITERS - 1) + [True]
+    winner = results.index(True)
+    assert await stores[0].version(session.id) == 2
+    log = await stores[0].read(session.id)
+    assert [e.seq for e in log] == [1, 2, 3, 4]
+    assert log[2].payload == {"w": winner}
+
+
+async def test_retries_of_one_event_id_store_it_once(stores: list[Store]) -> None:
+    session = await new_session(stores[0])
+    returned: list[Event] = await asyncio.gather(
+        *(
+            pick(stores, i).add_message(session.id, say(f"attempt {i}", id="once"))
+            for i in range(WRITERS)
+        )
+    )
+    log = await stores[0].read(session.id)
+    assert len(log) == 1
+    assert all(event == log[0] for event in returned)
+    assert await stores[0].version(session.id) == 1
+
+
+async def test_concurrent_appends_get_gap_free_seq(stores: list[Store]) -> None:
+    session = await new_session(stores[0])
+
+    async def writer(index: int) -> list[int]:
+        target = pick(stores, index)
+        seqs = []
+        for n in range(10):
+            write = say(f"{index}-{n}") if n % 2 else event("APP.X", {"w": index, "n": n})
+            seqs.append((await target.append_event(session.id, write)).seq)
+        return seqs
+
+    per_writer = await asyncio.gather(*(writer(i) for i in range(WRITERS)))
+    for seqs in per_writer:
+        assert seqs == sorted(seqs)
+    assert sorted(s for seqs in per_writer for s in seqs) == list(range(1, 10 * WRITERS + 1))
+    log = await stores[0].read(session.id)
+    assert [e.seq for e in log] == list(range(1, 10 * WRITERS + 1))
+    assert len({e.id for e in log}) == len(log)
+    assert await stores[0].version(session.id) == 10 * WRITERS
+
+
+async def test_optimistic_writers_all_land_by_retrying(stores: list[Store]) -> None:
+    session = await new_session(stores[0])
+
+    async def writer(index: int) -> int:
+        target = pick(stores, index)
+        attempts = 0
+        while True:
+            attempts += 1
+            version = await target.version(session.id)
+            if await target.append_events(session.id, [say(f"{index}"), say(f"{index}")], version):
+                return attempts
+            assert attempts < 1000
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(writer(i) for i in range(WRITERS)))
+    log = await stores[0].read(session.id)
+    assert [e.seq for e in log] == list(range(1, 2 * WRITERS + 1))
+    assert await stores[0].version(session.id) == WRITERS
+    written = contents(log)
+    assert all(written[i] == written[i + 1] for i in range(0, len(written), 2))
+    assert sorted(written[::2]) == sorted(str(i) for i in range(WRITERS))
+
+
+async def test_find_or_create_part_settles_on_one(stores: list[Store]) -> None:
+    parent = await new_session(stores[0])
+    parts = await asyncio.gather(
+        *(pick(stores, i).find_or_create_part(parent.id, AGENT) for i in range(WRITERS))
+    )
+    assert len({p.id for p in parts}) == 1
+    assert [s.session.id for s in await stores[0].list_parts(parent.id)] == [parts[0].id]
