@@ -1,0 +1,187 @@
+"""Wrong calls: each raises `InvalidArgumentError` (a `ValueError` and a `StoreError`)
+and writes nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from convostore import (
+    COMPACTION,
+    Attachment,
+    EventFilter,
+    EventWrite,
+    InvalidArgumentError,
+    MessageWrite,
+    PageRequest,
+    SessionFilter,
+    Store,
+    StoreError,
+    ToolCall,
+    User,
+)
+
+from .conftest import StoreFactory
+from .helpers import ALICE, new_session, say, snapshot
+
+Call = Callable[[Store, str], Awaitable[object]]
+TOO_LONG = "x" * 256
+BLANK_IDS = ["", "   ", "\t\n", TOO_LONG]
+
+
+def bad(value: Any) -> Any:
+    """A value of the wrong type, passed where the signature says otherwise."""
+    return value
+
+
+BAD_CALLS: dict[str, Call] = {
+    # ids
+    **{
+        f"session-id-{i}": (lambda s, sid, v=v: s.get_session(v))  # type: ignore[misc]
+        for i, v in enumerate(BLANK_IDS)
+    },
+    **{
+        f"create-id-{i}": (lambda s, sid, v=v: s.create_session(ALICE, session_id=v))  # type: ignore[misc]
+        for i, v in enumerate(BLANK_IDS)
+    },
+    **{
+        f"event-id-{i}": (lambda s, sid, v=v: s.add_message(sid, say("x", id=v)))  # type: ignore[misc]
+        for i, v in enumerate(BLANK_IDS)
+    },
+    **{
+        f"user-id-{i}": (lambda s, sid, v=v: s.put_user(User(v, "name")))  # type: ignore[misc]
+        for i, v in enumerate(BLANK_IDS)
+    },
+    "non-string-session-id": lambda s, sid: s.get_session(bad(42)),
+    "append-to-blank-session": lambda s, sid: s.add_message(" ", say("x")),
+    "read-blank-session": lambda s, sid: s.read(""),
+    "version-blank-session": lambda s, sid: s.version(""),
+    "delete-blank-session": lambda s, sid: s.delete_session(""),
+    "blank-owner-id": lambda s, sid: s.create_session(""),
+    "blank-author-id": lambda s, sid: s.add_message(sid, say("x", author="")),
+    "non-user-author": lambda s, sid: s.add_message(sid, say("x", author=bad(7))),
+    "recipients-as-a-string": lambda s, sid: s.add_message(sid, say("x", recipients="alice")),
+    # users
+    "user-kind": lambda s, sid: s.put_user(User("u", "n", kind=bad("robot"))),
+    "user-display-name": lambda s, sid: s.put_user(User("u", bad(None))),
+    "user-metadata-not-json": lambda s, sid: s.put_user(User("u", "n", metadata={"s": {1}})),
+    "put-user-not-a-user": lambda s, sid: s.put_user(bad({"id": "u"})),
+    # sessions
+    "blank-kind": lambda s, sid: s.create_session(ALICE, kind=" "),
+    "title-not-a-string": lambda s, sid: s.create_session(ALICE, title=bad(5)),
+    "metadata-not-a-mapping": lambda s, sid: s.create_session(ALICE, metadata=bad([1])),
+    "metadata-not-json": lambda s, sid: s.create_session(ALICE, metadata={"x": object()}),
+    "metadata-nan": lambda s, sid: s.create_session(ALICE, metadata={"x": float("nan")}),
+    "set-title-not-a-string": lambda s, sid: s.set_title(sid, bad(5)),
+    "update-not-a-session": lambda s, sid: s.update_session(bad({"id": sid})),
+    # messages and events
+    "role": lambda s, sid: s.add_message(sid, say("x", "robot")),
+    "content-none": lambda s, sid: s.add_message(sid, MessageWrite("user", bad(None))),
+    "branch-empty": lambda s, sid: s.add_message(sid, say("x", branch="")),
+    "branch-double-dot": lambda s, sid: s.add_message(sid, say("x", branch="a..b")),
+    "branch-trailing-dot": lambda s, sid: s.append_event(sid, EventWrite("APP", branch="a.")),
+    "event-metadata-not-json": lambda s, sid: s.append_event(
+        sid, EventWrite("APP", metadata={"x": {1, 2}})
+    ),
+    "payload-not-json": lambda s, sid: s.append_event(sid, EventWrite("APP", payload=object())),
+    "message-via-event-write": lambda s, sid: s.append_event(sid, EventWrite("MESSAGE")),
+    "compaction-without-kept-ids": lambda s, sid: s.append_event(sid, EventWrite(COMPACTION)),
+    "compaction-kept-ids-not-strings": lambda s, sid: s.append_event(
+        sid, EventWrite(COMPACTION, payload={"kept_event_ids": [1, 2]})
+    ),
+    "tool-call-not-a-tool-call": lambda s, sid: s.add_message(
+        sid, say("x", tool_calls=[bad({"id": "c"})])
+    ),
+    "tool-call-arguments-not-json": lambda s, sid: s.add_message(
+        sid, say("x", tool_calls=[ToolCall("c", "n", {"x": object()})])
+    ),
+    "attachment-not-an-attachment": lambda s, sid: s.add_message(
+        sid, say("x", attachments=[bad("file.txt")])
+    ),
+    "attachment-blank-id": lambda s, sid: s.add_message(
+        sid, say("x", attachments=[Attachment(" ", "f")])
+    ),
+    "empty-embedding": lambda s, sid: s.add_message(
+        sid, say("x", embedding=[], embedding_model="m")
+    ),
+    "embedding-not-floats": lambda s, sid: s.add_message(
+        sid, say("x", embedding=bad(["a", "b"]), embedding_model="m")
+    ),
+    "embedding-without-model": lambda s, sid: s.add_message(sid, say("x", embedding=[1.0])),
+    "append-not-a-write": lambda s, sid: s.append_event(sid, bad("hello")),
+    "batch-with-a-non-write": lambda s, sid: s.append_events(sid, [say("ok"), bad(None)], 0),
+    "expected-version-negative": lambda s, sid: s.append_events(sid, [say("x")], -1),
+    "expected-version-bool": lambda s, sid: s.append_events(sid, [say("x")], bad(True)),
+    "expected-version-str": lambda s, sid: s.append_events(sid, [say("x")], bad("0")),
+    "narration-not-a-string": lambda s, sid: s.set_narration(sid, "m", bad(5)),
+    # reads
+    "filter-limit-and-last": lambda s, sid: s.read(sid, EventFilter(limit=1, last=1)),
+    "filter-negative-last": lambda s, sid: s.read(sid, EventFilter(last=-1)),
+    "filter-negative-limit": lambda s, sid: s.read(sid, EventFilter(limit=-1)),
+    "filter-negative-after-seq": lambda s, sid: s.read(sid, EventFilter(after_seq=-1)),
+    "filter-bool-last": lambda s, sid: s.read(sid, EventFilter(last=bad(True))),
+    "filter-float-limit": lambda s, sid: s.read(sid, EventFilter(limit=bad(1.5))),
+    "filter-bad-type": lambda s, sid: s.read(sid, EventFilter(types=["lower"])),
+    "filter-bad-role": lambda s, sid: s.read(sid, EventFilter(roles=["robot"])),
+    "filter-bad-branch": lambda s, sid: s.read(sid, EventFilter(branch="a..b")),
+    "filter-text-not-a-string": lambda s, sid: s.read(sid, EventFilter(text=bad(5))),
+    "messages-negative-last": lambda s, sid: s.messages(sid, last=-2),
+    # listings
+    "page-not-a-page-request": lambda s, sid: s.list_sessions("alice", bad(10)),
+    "page-unknown-order": lambda s, sid: s.list_sessions(
+        "alice", PageRequest(order=bad("sideways"))
+    ),
+    "page-size-bool": lambda s, sid: s.list_sessions("alice", PageRequest(size=bad(True))),
+    "filter-not-a-session-filter": lambda s, sid: s.count_sessions("alice", bad("chat")),
+    "filter-kind-not-a-string": lambda s, sid: s.list_sessions(
+        "alice", None, SessionFilter(kind=bad(3))
+    ),
+    "blank-owner-listing": lambda s, sid: s.list_sessions(""),
+    "blank-owner-count": lambda s, sid: s.count_sessions(" "),
+    "blank-part-of": lambda s, sid: s.find_or_create_part("", ALICE),
+}
+
+
+@pytest.mark.parametrize("call", list(BAD_CALLS.values()), ids=list(BAD_CALLS))
+async def test_bad_arguments_are_refused_and_write_nothing(store: Store, call: Call) -> None:
+    session = await new_session(store)
+    await store.add_message(session.id, say("existing", id="m"))
+    before = await snapshot(store, session.id)
+    users_before = await store.get_user("u")
+    with pytest.raises(InvalidArgumentError) as caught:
+        await call(store, session.id)
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, StoreError)
+    assert await snapshot(store, session.id) == before
+    assert await store.get_user("u") == users_before
+    assert await store.count_sessions(ALICE.id) == 1
+
+
+async def test_ids_of_255_characters_are_accepted(store: Store) -> None:
+    longest = "é" * 255
+    session = await new_session(store, User(longest, "n"), session_id=longest)
+    message = await store.add_message(session.id, say("x", id=longest, author=longest))
+    assert (await store.read(longest)) == [message]
+    assert await store.get_user(longest) == User(longest, "n")
+
+
+async def test_invalid_indexed_metadata_keys_are_refused(connect_store: StoreFactory) -> None:
+    for keys in (["bad key"], [""], ["x" * 65], [bad(5)]):
+        with pytest.raises(InvalidArgumentError):
+            await connect_store(indexed_metadata=keys)
+
+
+async def test_update_with_bad_values_writes_nothing(store: Store) -> None:
+    session = await new_session(store, title="t")
+    for changed in (
+        replace(session, title=bad(5)),
+        replace(session, metadata=bad([1])),
+        replace(session, metadata={"x": {1}}),
+        replace(session, id=""),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            await store.update_session(changed)
+    assert await store.get_session(session.id) == session
