@@ -1,0 +1,102 @@
+"""The sync facade: the same API as plain blocking calls, for scripts."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+
+import pytest
+
+import convostore.sync
+from convostore import (
+    EventFilter,
+    Message,
+    Page,
+    Session,
+    SessionNotFoundError,
+    Store,
+    UnknownUserError,
+)
+
+from .conftest import BackendUnderTest
+from .helpers import ALICE, BOB, say
+
+PUBLIC_COROUTINES = sorted(
+    name
+    for name, member in inspect.getmembers(Store)
+    if not name.startswith("_") and inspect.iscoroutinefunction(member)
+)
+
+
+def test_a_small_scenario(backend: BackendUnderTest) -> None:
+    with convostore.sync.connect(backend()) as store:
+        session = store.create_session(ALICE, title="sync")
+        assert isinstance(session, Session)
+        assert store.get_session(session.id) == session
+        first = store.add_message(session.id, say("hello", author=ALICE))
+        second = store.add_message(session.id, say("hi", "assistant", author=BOB))
+        assert isinstance(first, Message)
+        assert store.read(session.id) == [first, second]
+        assert [m.content for m in store.messages(session.id, last=1)] == ["hello", "hi"]
+        assert store.read(session.id, EventFilter(text="HELLO")) == [first]
+        page = store.list_sessions(ALICE.id)
+        assert isinstance(page, Page)
+        assert [s.id for s in page.items] == [session.id]
+        assert page.next_cursor is None
+        assert store.count_sessions(ALICE.id) == 1
+        assert store.version(session.id) == 2
+        assert store.participants(session.id) == [ALICE, BOB]
+        with pytest.raises(SessionNotFoundError):
+            store.add_message("missing", say("x"))
+        with pytest.raises(UnknownUserError):
+            store.add_message(session.id, say("x", author="ghost"))
+        assert store.version(session.id) == 2
+
+
+def test_every_public_coroutine_is_a_blocking_method(backend: BackendUnderTest) -> None:
+    assert "add_message" in PUBLIC_COROUTINES
+    store = convostore.sync.connect(backend())
+    try:
+        for name in PUBLIC_COROUTINES:
+            method = getattr(store, name)
+            assert callable(method), name
+            assert not inspect.iscoroutinefunction(method), name
+        result = store.version("nothing")
+        assert result == 0
+        assert not inspect.isawaitable(result)
+    finally:
+        store.close()
+
+
+def test_close_releases_the_store_and_data_persists(backend: BackendUnderTest) -> None:
+    store = convostore.sync.connect(backend())
+    persistent = store.capabilities.persistent
+    session = store.create_session(ALICE)
+    store.add_message(session.id, say("kept"))
+    store.close()
+    if not persistent:
+        return
+    with convostore.sync.connect(backend()) as reopened:
+        assert [m.content for m in reopened.messages(session.id)] == ["kept"]
+
+
+def test_calls_from_several_threads(backend: BackendUnderTest) -> None:
+    with convostore.sync.connect(backend()) as store:
+        session = store.create_session(ALICE)
+        errors: list[BaseException] = []
+
+        def writer(index: int) -> None:
+            try:
+                for n in range(10):
+                    store.add_message(session.id, say(f"{index}-{n}"))
+            except BaseException as error:  # pragma: no cover - reported below
+                errors.append(error)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert [e.seq for e in store.read(session.id)] == list(range(1, 41))
+        assert store.version(session.id) == 40
