@@ -272,3 +272,13 @@ async def test_versions_and_logs_are_per_session(store: Store) -> None:
     assert await store.version(second.id) == 1
     assert await store.append_events(second.id, [say("d")], 1)
     assert contents(await store.read(first.id)) == ["a", "b"]
+
+
+async def test_retry_of_an_event_first_written_in_a_batch(store: Store) -> None:
+    session = await new_session(store)
+    assert await store.append_events(session.id, [say("a", id="b-1"), event(id="b-2")], 0)
+    before = await snapshot(store, session.id)
+    retried = await store.append_event(session.id, say("a again", id="b-1"))
+    assert retried == before.events[0]
+    assert await store.append_event(session.id, event(id="b-2")) == before.events[1]
+    assert await snapshot(store, session.id) == before
