@@ -1,0 +1,114 @@
+"""How a store's connections are opened, and the transactions its functions run in."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable
+from typing import Final, TypeVar, TypeVarTuple, cast
+
+from convostore.backends.sqlite.url import SQLiteTarget
+
+__all__ = [
+    "CACHED_STATEMENTS",
+    "CONTAINS_FUNCTION",
+    "RollbackAndReturn",
+    "in_read_snapshot",
+    "in_write_transaction",
+    "open_connection",
+]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+# Every statement a store runs is one of a bounded set (filters are joined from fixed
+# fragments), so with this many slots each is prepared once per connection.
+CACHED_STATEMENTS: Final = 512
+CONTAINS_FUNCTION: Final = "convostore_contains"
+
+BEGIN: Final = "BEGIN"
+BEGIN_IMMEDIATE: Final = "BEGIN IMMEDIATE"
+COMMIT: Final = "COMMIT"
+ROLLBACK: Final = "ROLLBACK"
+FOREIGN_KEYS_ON: Final = "PRAGMA foreign_keys = ON"
+QUERY_ONLY: Final = "PRAGMA query_only = ON"
+SYNCHRONOUS: Final = {
+    "FULL": "PRAGMA synchronous = FULL",
+    "NORMAL": "PRAGMA synchronous = NORMAL",
+    "EXTRA": "PRAGMA synchronous = EXTRA",
+}
+
+
+def contains(content: str | None, needle: str) -> bool:
+    """The text filter exactly as `EventFilter.matches` has it: Python's case folding,
+    and no wildcard characters."""
+    return content is not None and needle.lower() in content.lower()
+
+
+def open_connection(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection:
+    """A connection set up as every connection of a store is. Transactions are explicit
+    (``isolation_level=None``); a reader's connection refuses to write."""
+    connection = sqlite3.connect(
+        target.path,
+        timeout=target.busy_timeout_ms / 1000,
+        isolation_level=None,
+        cached_statements=CACHED_STATEMENTS,
+    )
+    try:
+        connection.create_function(CONTAINS_FUNCTION, 2, contains, deterministic=True)
+        connection.execute(FOREIGN_KEYS_ON)
+        connection.execute(SYNCHRONOUS[target.synchronous])
+        if reader:
+            connection.execute(QUERY_ONLY)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+class RollbackAndReturn(Exception):
+    """Raised inside a write to undo all of it and still answer ``result``."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__()
+        self.result = result
+
+
+def in_write_transaction(
+    connection: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]
+) -> T:
+    """``fn`` inside BEGIN IMMEDIATE ... COMMIT: the write lock is taken first, so what
+    ``fn`` reads stays true until it commits. Any error rolls all of it back."""
+    connection.execute(BEGIN_IMMEDIATE)
+    try:
+        result = fn(connection, *args)
+        connection.execute(COMMIT)
+    except RollbackAndReturn as rollback:
+        connection.execute(ROLLBACK)
+        return cast(T, rollback.result)
+    except BaseException:
+        _rollback_quietly(connection)
+        raise
+    return result
+
+
+def in_read_snapshot(
+    connection: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]
+) -> T:
+    """``fn``'s queries inside one read transaction, so they see one snapshot."""
+    connection.execute(BEGIN)
+    try:
+        result = fn(connection, *args)
+    except BaseException:
+        _rollback_quietly(connection)
+        raise
+    connection.execute(COMMIT)
+    return result
+
+
+def _rollback_quietly(connection: sqlite3.Connection) -> None:
+    # SQLite ends the transaction itself on some errors (a full disk, an I/O error), and
+    # a failing rollback must not hide the error that called for it.
+    if connection.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute(ROLLBACK)

@@ -1,0 +1,233 @@
+"""The schema as versioned migrations, and what runs at connect to bring a database to it.
+
+``MIGRATIONS[i]`` takes a database from version i to i + 1; each applied version is a
+row of ``convostore_schema``. Times are INTEGER microseconds since the epoch, JSON is
+TEXT, an embedding is a BLOB of little-endian float32 values.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from convostore import _json
+from convostore._time import to_micros, utc_now
+from convostore.backends.sqlite.connection import in_write_transaction
+from convostore.backends.sqlite.url import SQLiteTarget
+from convostore.errors import SchemaVersionError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database"]
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE users (
+            id TEXT PRIMARY KEY,
+            display_name TEXT NOT NULL,
+            username TEXT,
+            email TEXT,
+            kind TEXT NOT NULL,
+            metadata TEXT NOT NULL
+        )""",
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            owner_id TEXT,
+            title TEXT,
+            kind TEXT NOT NULL,
+            part_of TEXT REFERENCES sessions (id) ON DELETE CASCADE,
+            held_with TEXT,
+            created_at INTEGER NOT NULL,
+            last_activity_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            metadata TEXT NOT NULL,
+            version INTEGER NOT NULL DEFAULT 0,
+            last_seq INTEGER NOT NULL DEFAULT 0,
+            stamp TEXT NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            started_by TEXT
+        )""",
+        # Listings page by keyset on these, so page n reads what page 1 reads. Top-level
+        # listings (the default) have their own partial indexes; a listing that includes
+        # parts and filters by kind walks the owner's index and filters kind per row.
+        "CREATE INDEX sessions_top_by_created ON sessions (owner_id, id) WHERE part_of IS NULL",
+        """CREATE INDEX sessions_top_by_activity
+            ON sessions (owner_id, last_activity_at, id) WHERE part_of IS NULL""",
+        """CREATE INDEX sessions_top_kind_by_created
+            ON sessions (owner_id, kind, id) WHERE part_of IS NULL""",
+        """CREATE INDEX sessions_top_kind_by_activity
+            ON sessions (owner_id, kind, last_activity_at, id) WHERE part_of IS NULL""",
+        "CREATE INDEX sessions_by_created ON sessions (owner_id, id)",
+        "CREATE INDEX sessions_by_activity ON sessions (owner_id, last_activity_at, id)",
+        # Also serves the cascade from a session to its parts.
+        "CREATE INDEX sessions_parts ON sessions (part_of, held_with, id)",
+        "CREATE INDEX sessions_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE events (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            branch TEXT,
+            metadata TEXT NOT NULL,
+            payload TEXT,
+            synthetic INTEGER NOT NULL,
+            role TEXT,
+            content TEXT,
+            author_id TEXT,
+            recipient_ids TEXT,
+            in_reply_to TEXT,
+            tool_calls TEXT,
+            tool_call_id TEXT,
+            attachments TEXT,
+            data TEXT,
+            assets TEXT,
+            narration TEXT,
+            embedding BLOB,
+            embedding_model TEXT,
+            stamp TEXT
+        )""",
+        "CREATE UNIQUE INDEX events_by_seq ON events (session_id, seq)",
+        "CREATE UNIQUE INDEX events_by_id ON events (id)",
+        # A read of the last n events extends back to a turn start, and the active view
+        # starts at the newest compaction: each is found by a descending probe here.
+        """CREATE INDEX events_turn_starts ON events (session_id, seq)
+            WHERE type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND synthetic = 0""",
+        "CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'COMPACTION'",
+        """CREATE TABLE participants (
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            user_id TEXT NOT NULL,
+            first_seq INTEGER NOT NULL,
+            PRIMARY KEY (session_id, user_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX participants_in_order ON participants (session_id, first_seq)",
+        """CREATE TRIGGER events_add_participant AFTER INSERT ON events
+            WHEN NEW.author_id IS NOT NULL
+        BEGIN
+            INSERT INTO participants (session_id, user_id, first_seq)
+                VALUES (NEW.session_id, NEW.author_id, NEW.seq)
+                ON CONFLICT DO NOTHING;
+        END""",
+        """CREATE TABLE indexed_metadata_keys (name TEXT PRIMARY KEY) WITHOUT ROWID""",
+        """CREATE TABLE session_metadata (
+            name TEXT NOT NULL,
+            value TEXT NOT NULL,
+            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            PRIMARY KEY (name, value, session_id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX session_metadata_by_session ON session_metadata (session_id)",
+        # Counting a user's sessions reads a few rows here instead of their sessions.
+        """CREATE TABLE owner_session_counts (
+            owner_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            is_part INTEGER NOT NULL,
+            sessions INTEGER NOT NULL,
+            PRIMARY KEY (owner_id, kind, is_part)
+        ) WITHOUT ROWID""",
+        """CREATE TRIGGER sessions_count_insert AFTER INSERT ON sessions
+            WHEN NEW.owner_id IS NOT NULL
+        BEGIN
+            INSERT INTO owner_session_counts (owner_id, kind, is_part, sessions)
+                VALUES (NEW.owner_id, NEW.kind, NEW.part_of IS NOT NULL, 1)
+                ON CONFLICT DO UPDATE SET sessions = sessions + 1;
+        END""",
+        """CREATE TRIGGER sessions_count_delete AFTER DELETE ON sessions
+            WHEN OLD.owner_id IS NOT NULL
+        BEGIN
+            UPDATE owner_session_counts SET sessions = sessions - 1
+                WHERE owner_id = OLD.owner_id AND kind = OLD.kind
+                AND is_part = (OLD.part_of IS NOT NULL);
+        END""",
+    ),
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+"""The schema version this code writes and reads."""
+
+CREATE_SCHEMA_TABLE: Final = """CREATE TABLE IF NOT EXISTS convostore_schema (
+    version INTEGER PRIMARY KEY,
+    applied_at INTEGER NOT NULL
+)"""
+SCHEMA_TABLE_EXISTS: Final = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'convostore_schema'"
+)
+RECORDED_VERSION: Final = "SELECT coalesce(max(version), 0) FROM convostore_schema"
+RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version, applied_at) VALUES (?, ?)"
+JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
+
+SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
+INSERT_INDEXED_KEY: Final = "INSERT INTO indexed_metadata_keys (name) VALUES (?)"
+DELETE_INDEXED_KEY: Final = "DELETE FROM indexed_metadata_keys WHERE name = ?"
+DELETE_KEY_ENTRIES: Final = "DELETE FROM session_metadata WHERE name = ?"
+SESSIONS_WITH_KEY: Final = (
+    "SELECT id, metadata FROM sessions WHERE json_type(metadata, ?) IS NOT NULL"
+)
+INSERT_KEY_ENTRY: Final = (
+    "INSERT INTO session_metadata (name, value, session_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+)
+
+
+def prepare_database(
+    connection: sqlite3.Connection, target: SQLiteTarget, indexed_keys: frozenset[str]
+) -> None:
+    """Migrate the schema to `SCHEMA_VERSION` and the metadata index to ``indexed_keys``.
+
+    A database of a newer version raises `SchemaVersionError` before anything, not even
+    the journal mode, is written to it.
+    """
+    _refuse_newer(_recorded_version(connection), target)
+    if not target.in_memory:
+        connection.execute(JOURNAL_MODE_WAL).fetchone()
+    # Under the write lock, so processes connecting at once migrate one after another.
+    in_write_transaction(connection, _migrate, (target, indexed_keys))
+
+
+def _recorded_version(connection: sqlite3.Connection) -> int:
+    if connection.execute(SCHEMA_TABLE_EXISTS).fetchone() is None:
+        return 0
+    version: int = connection.execute(RECORDED_VERSION).fetchone()[0]
+    return version
+
+
+def _refuse_newer(version: int, target: SQLiteTarget) -> None:
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the SQLite database {target.path!r} has schema version {version}, newer than "
+            f"version {SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
+        )
+
+
+def _migrate(
+    connection: sqlite3.Connection, target: SQLiteTarget, indexed_keys: frozenset[str]
+) -> None:
+    connection.execute(CREATE_SCHEMA_TABLE)
+    version = _recorded_version(connection)
+    _refuse_newer(version, target)
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[number - 1]:
+            connection.execute(statement)
+        connection.execute(RECORD_MIGRATION, (number, to_micros(utc_now())))
+    _index_metadata_keys(connection, indexed_keys)
+
+
+def _index_metadata_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> None:
+    """Backfill the index for keys newly named; drop the keys no longer named.
+
+    Processes sharing a database should name the same keys: the last one to connect
+    decides which keys the index holds.
+    """
+    indexed = {row[0] for row in connection.execute(SELECT_INDEXED_KEYS)}
+    for name in sorted(indexed - keys):
+        connection.execute(DELETE_KEY_ENTRIES, (name,))
+        connection.execute(DELETE_INDEXED_KEY, (name,))
+    for name in sorted(keys - indexed):
+        connection.execute(INSERT_INDEXED_KEY, (name,))
+        # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
+        rows = connection.execute(SESSIONS_WITH_KEY, ('$."' + name + '"',)).fetchall()
+        # The value is rendered by the function every write uses, so a backfilled entry
+        # compares exactly as a written one does.
+        connection.executemany(
+            INSERT_KEY_ENTRY,
+            [
+                (name, _json.index_value(_json.loads(metadata)[name]), session_id)
+                for session_id, metadata in rows
+            ],
+        )

@@ -1,0 +1,250 @@
+"""`SQLiteStore`: the `Store` primitives, each one function run on one thread."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, Final, TypeVar, TypeVarTuple
+
+from convostore._time import to_micros
+from convostore.backends.sqlite import statements as sql
+from convostore.backends.sqlite.connection import (
+    in_read_snapshot,
+    in_write_transaction,
+    open_connection,
+)
+from convostore.backends.sqlite.operations import (
+    read_all,
+    read_events,
+    read_one,
+    write_append,
+    write_delete,
+    write_find_or_insert_part,
+    write_insert_session,
+    write_put_user,
+    write_set_narration,
+    write_set_title,
+    write_update_session,
+)
+from convostore.backends.sqlite.rows import session_from_row, summary_from_row, user_from_row
+from convostore.backends.sqlite.schema import prepare_database
+from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
+from convostore.backends.sqlite.worker import ConnectionWorker
+from convostore.cursors import Keyset
+from convostore.errors import BackendUnavailableError, InvalidArgumentError
+from convostore.filters import EventFilter
+from convostore.model import Event, Session, SessionFilter, SessionOrder, SessionSummary, User
+from convostore.store import (
+    AppendOutcome,
+    Capabilities,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    Store,
+)
+
+__all__ = ["READER_THREADS", "SQLiteStore"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+READER_THREADS: Final = 2
+
+
+class SQLiteStore(Store):
+    """A store on one SQLite database: a file, or ``:memory:`` (gone at close).
+
+    One writer thread owns the only connection that writes; `READER_THREADS` reader
+    threads each own one that reads, which WAL lets run while the writer writes. Open it
+    with `open`, which migrates the schema.
+    """
+
+    def __init__(self, target: SQLiteTarget, *, indexed_metadata: Iterable[str] = ()) -> None:
+        super().__init__(indexed_metadata=indexed_metadata)
+        self.target = target
+        self.capabilities = Capabilities(
+            persistent=not target.in_memory,
+            # A :memory: database lives and dies in this store's one connection.
+            cross_process=not target.in_memory,
+        )
+        where = f"SQLite database {target.path!r}"
+        self._writer = ConnectionWorker(
+            "convostore-sqlite-writer",
+            where,
+            functools.partial(open_connection, target, reader=False),
+            threads=1,
+        )
+        # No other connection can see a :memory: database, so it reads where it writes.
+        self._readers = (
+            self._writer
+            if target.in_memory
+            else ConnectionWorker(
+                "convostore-sqlite-reader",
+                where,
+                functools.partial(open_connection, target, reader=True),
+                threads=READER_THREADS,
+            )
+        )
+
+    @classmethod
+    async def open(
+        cls, url: str, *, indexed_metadata: Iterable[str] = (), **options: Any
+    ) -> SQLiteStore:
+        """Open the database ``url`` names (see `parse_sqlite_url`), creating it if need
+        be, and migrate it to this version's schema and ``indexed_metadata``."""
+        if options:
+            raise InvalidArgumentError(f"unknown SQLite store options: {sorted(options)}")
+        target = parse_sqlite_url(url)
+        if not target.in_memory:
+            _require_directory(target.path)
+        store = cls(target, indexed_metadata=indexed_metadata)
+        await store._writer.start()
+        try:
+            await store._writer.run(prepare_database, target, store.indexed_metadata)
+            if store._readers is not store._writer:
+                await store._readers.start()
+        except BaseException:
+            await store._writer.stop()
+            raise
+        return store
+
+    async def _close(self) -> None:
+        if self._readers is not self._writer:
+            await self._readers.stop()
+        # Last, so the last connection to close checkpoints the WAL into the database.
+        await self._writer.stop()
+
+    async def _write(self, fn: Callable[[Any, *Ts], T], *args: *Ts) -> T:
+        """``fn`` on the writer thread, in one BEGIN IMMEDIATE transaction."""
+        return await self._writer.run(in_write_transaction, fn, args)
+
+    # ---------------------------------------------------------------- users
+
+    async def _put_user(self, user: User) -> None:
+        await self._write(write_put_user, user)
+
+    async def _get_user(self, user_id: str) -> User | None:
+        row = await self._readers.run(read_one, sql.SELECT_USER, user_id)
+        return None if row is None else user_from_row(row)
+
+    # ---------------------------------------------------------------- sessions
+
+    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+        return await self._write(write_insert_session, new, if_absent)
+
+    async def _find_or_insert_part(self, new: NewSession) -> Session:
+        return await self._write(write_find_or_insert_part, new)
+
+    async def _get_session(self, session_id: str) -> Session | None:
+        row = await self._readers.run(read_one, sql.SELECT_SESSION, session_id)
+        return None if row is None else session_from_row(row)
+
+    async def _update_session(self, changes: SessionChanges) -> Session:
+        return await self._write(write_update_session, changes)
+
+    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+        return await self._write(write_set_title, session_id, title, stamp)
+
+    async def _delete_session(self, session_id: str) -> bool:
+        return await self._write(write_delete, sql.DELETE_SESSION, session_id) > 0
+
+    async def _list_sessions(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[Session]:
+        statement, parameters = _listing(False, owner_id, order, after, limit, filter)
+        rows = await self._readers.run(read_all, statement, parameters)
+        return [session_from_row(row) for row in rows]
+
+    async def _list_summaries(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[SessionSummary]:
+        statement, parameters = _listing(True, owner_id, order, after, limit, filter)
+        rows = await self._readers.run(read_all, statement, parameters)
+        return [summary_from_row(row) for row in rows]
+
+    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+        statement = sql.count_sql(filter.include_parts, filter.kind is not None)
+        parameters = {"owner_id": owner_id, "kind": filter.kind}
+        rows = await self._readers.run(read_all, statement, parameters)
+        return int(rows[0][0])
+
+    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+        rows = await self._readers.run(read_all, sql.FIND_PART, (part_of, held_with))
+        return session_from_row(rows[0]) if rows else None
+
+    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+        rows = await self._readers.run(read_all, sql.LIST_PARTS, (part_of,))
+        return [summary_from_row(row) for row in rows]
+
+    async def _participants(self, session_id: str) -> list[User]:
+        rows = await self._readers.run(read_all, sql.PARTICIPANTS, (session_id,))
+        return [user for row in rows if (user := user_from_row(row)) is not None]
+
+    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+        rows = await self._readers.run(read_all, sql.SESSIONS_BY_METADATA, (name, value))
+        return [session_from_row(row) for row in rows]
+
+    async def _delete_expired(self, before: datetime) -> int:
+        return await self._write(write_delete, sql.DELETE_EXPIRED, to_micros(before))
+
+    # ---------------------------------------------------------------- the log
+
+    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+        return await self._write(write_append, append)
+
+    async def _version(self, session_id: str) -> int:
+        row = await self._readers.run(read_one, sql.SESSION_VERSION, session_id)
+        return 0 if row is None else int(row[0])
+
+    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+        if event_filter.last is None and not event_filter.active_view:
+            # A single statement sees one snapshot without a transaction around it.
+            return await self._readers.run(read_events, session_id, event_filter)
+        return await self._readers.run(in_read_snapshot, read_events, (session_id, event_filter))
+
+    async def _set_narration(
+        self, session_id: str, message_id: str, text: str | None, stamp: str
+    ) -> bool:
+        return await self._write(write_set_narration, session_id, message_id, text, stamp)
+
+
+def _require_directory(path: str) -> None:
+    """SQLite would create the file, not its directory: say which is missing."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise BackendUnavailableError(
+            f"cannot open the SQLite database {path!r}: the directory {directory!r} does not exist"
+        )
+
+
+def _listing(
+    summaries: bool,
+    owner_id: str,
+    order: SessionOrder,
+    after: Keyset | None,
+    limit: int,
+    filter: SessionFilter,
+) -> tuple[str, dict[str, Any]]:
+    statement = sql.listing_sql(
+        summaries, order, filter.include_parts, filter.kind is not None, after is not None
+    )
+    parameters = {
+        "owner_id": owner_id,
+        "kind": filter.kind,
+        "after_id": None if after is None else after.session_id,
+        "after_at": None if after is None else after.last_activity_us,
+        "limit": limit,
+    }
+    return statement, parameters

@@ -1,0 +1,188 @@
+"""Threads that own SQLite connections, and the boundary where sqlite3 errors end.
+
+A sqlite3 connection must be used by one thread at a time, and each of its calls
+blocks. A `ConnectionWorker` gives each of its threads one connection for life and runs
+the plain functions handed to it there: `run` costs one hop to a worker thread and one
+back through the event loop, whatever the function does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable
+from queue import SimpleQueue
+from typing import Any, TypeVar, TypeVarTuple
+
+from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
+
+__all__ = ["ConnectionWorker", "translate_error"]
+
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
+
+# (the future to settle, its loop, the function, its arguments); no function means stop.
+_Job = tuple[
+    "asyncio.Future[Any]",
+    asyncio.AbstractEventLoop,
+    "Callable[..., Any] | None",
+    tuple[Any, ...],
+]
+
+
+class ConnectionWorker:
+    """Threads that each own one connection and run the functions handed to them.
+
+    The threads share one queue, so an idle thread takes the next job. A function runs
+    as ``fn(connection, *args)``; what it raises reaches the caller of `run`, with
+    sqlite3 errors translated to convostore's.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        where: str,
+        open_connection: Callable[[], sqlite3.Connection],
+        threads: int,
+    ) -> None:
+        self.name = name
+        self.where = where
+        self._open_connection = open_connection
+        self._size = threads
+        self._jobs: SimpleQueue[_Job] = SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._running = 0
+        self._accepting = False
+
+    async def start(self) -> None:
+        """Start the threads, each opening its connection; raise if any cannot."""
+        loop = asyncio.get_running_loop()
+        opened: list[asyncio.Future[None]] = [loop.create_future() for _ in range(self._size)]
+        for number, future in enumerate(opened, start=1):
+            thread = threading.Thread(
+                target=self._serve,
+                args=(loop, future),
+                name=f"{self.name}-{number}",
+                # A store left open must not keep the interpreter from exiting.
+                daemon=True,
+            )
+            self._threads.append(thread)
+            thread.start()
+        outcomes = await asyncio.gather(*opened, return_exceptions=True)
+        self._running = sum(1 for outcome in outcomes if not isinstance(outcome, BaseException))
+        self._accepting = True
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
+            await self.stop()
+            if isinstance(failure, sqlite3.Error):
+                raise translate_error(failure, self.where) from failure
+            raise failure
+
+    async def run(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
+        """``fn(connection, *args)`` on one of the threads."""
+        if not self._accepting:
+            raise BackendUnavailableError(f"{self.where}: the store is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put((future, loop, fn, args))
+        try:
+            return await future
+        except sqlite3.Error as error:
+            raise translate_error(error, self.where) from error
+        except UnicodeEncodeError as error:
+            # sqlite3 cannot bind a string holding a lone surrogate.
+            raise InvalidArgumentError(f"text that is not valid Unicode: {error}") from error
+
+    async def stop(self) -> None:
+        """Finish the jobs queued so far, close each connection in its own thread, end
+        the threads. Stopping twice is harmless."""
+        if not self._accepting:
+            return
+        self._accepting = False
+        loop = asyncio.get_running_loop()
+        closed: list[asyncio.Future[None]] = [loop.create_future() for _ in range(self._running)]
+        for future in closed:
+            self._jobs.put((future, loop, None, ()))
+        await asyncio.gather(*closed, return_exceptions=True)
+        for thread in self._threads:
+            thread.join()  # Each has settled its future as its last act: this is brief.
+
+    def _serve(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[None]) -> None:
+        try:
+            connection = self._open_connection()
+        except Exception as error:
+            _reply(loop, _fail, opened, error)
+            return
+        _reply(loop, _succeed, opened, None)
+        jobs = self._jobs
+        while True:
+            future, job_loop, fn, args = jobs.get()
+            if fn is None:
+                try:
+                    connection.close()
+                finally:
+                    _reply(job_loop, _succeed, future, None)
+                return
+            # Read across threads without a lock: at worst a job cancelled at this very
+            # moment still runs, and _succeed drops its result.
+            if future.cancelled():
+                continue
+            try:
+                result = fn(connection, *args)
+            except Exception as error:
+                _reply(job_loop, _fail, future, error)
+            else:
+                _reply(job_loop, _succeed, future, result)
+
+
+def _reply(
+    loop: asyncio.AbstractEventLoop,
+    settle: Callable[[asyncio.Future[Any], Any], None],
+    future: asyncio.Future[Any],
+    value: Any,
+) -> None:
+    try:
+        loop.call_soon_threadsafe(settle, future, value)
+    except RuntimeError:
+        return  # The loop is closed: nobody awaits this future any more.
+
+
+def _succeed(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+# Primary result codes that mean the database cannot be used as it is now: busy or
+# locked, unreadable, full, read-only, or not a database at all.
+_UNAVAILABLE_CODES = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_CORRUPT,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_READONLY,
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_NOTADB,
+        sqlite3.SQLITE_NOLFS,
+    }
+)
+
+
+def translate_error(error: sqlite3.Error, where: str) -> StoreError:
+    """The convostore error to raise (``from error``) for a sqlite3 error:
+    `BackendUnavailableError` when the database cannot be used, else `StoreError`."""
+    code: int | None = getattr(error, "sqlite_errorcode", None)
+    if isinstance(error, sqlite3.OperationalError) or (
+        code is not None and code & 0xFF in _UNAVAILABLE_CODES
+    ):
+        return BackendUnavailableError(f"{where}: {error}")
+    return StoreError(f"{where}: {error}")
