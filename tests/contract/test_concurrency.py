@@ -4,10 +4,12 @@ several processes share a database, spread over several store objects."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from convostore import Event, SessionExistsError, Store
+from convostore import Event, SessionExistsError, Store, StoreError
 
 from .conftest import StoreFactory
 from .helpers import AGENT, ALICE, contents, event, new_session, say
@@ -149,3 +151,30 @@ async def test_find_or_create_part_settles_on_one(stores: list[Store]) -> None:
     )
     assert len({p.id for p in parts}) == 1
     assert [s.session.id for s in await stores[0].list_parts(parent.id)] == [parts[0].id]
+
+
+async def test_expiry_extended_concurrently_survives(stores: list[Store]) -> None:
+    now = datetime(2024, 6, 1, tzinfo=UTC)
+    sessions = [
+        await new_session(stores[0], expires_at=now - timedelta(days=1)) for _ in range(WRITERS)
+    ]
+
+    async def extend(index: int) -> bool:
+        later = replace(sessions[index], expires_at=now + timedelta(days=1))
+        try:
+            await pick(stores, index + 1).update_session(later)
+        except StoreError:
+            return False
+        return True
+
+    deleted, *extended = await asyncio.gather(
+        pick(stores, 0).delete_expired(before=now), *(extend(i) for i in range(WRITERS))
+    )
+    for session, was_extended in zip(sessions, extended, strict=True):
+        current = await stores[0].get_session(session.id)
+        if was_extended:
+            assert current is not None, "an extended session was deleted"
+            assert current.expires_at == now + timedelta(days=1)
+        else:
+            assert current is None
+    assert deleted == extended.count(False)
