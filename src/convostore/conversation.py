@@ -382,6 +382,9 @@ class StoredConversation:
         self._entries = [_Entry(message, None, _State.STORED) for message in stored]
         self._jobs: deque[_Job] = deque()
         self._writer: asyncio.Task[None] | None = None
+        self._title_tasks: set[asyncio.Task[None]] = set()
+        self._title_requests = 0
+        self._title_applied = 0
         self._closed = False
 
     def __repr__(self) -> str:
@@ -587,7 +590,7 @@ class StoredConversation:
                 self._enqueue(lambda: self._persist_title(title))
         generator = self._factory.title_generator
         if generator is not None and len(self._entries) % self._factory.title_every == 0:
-            self._enqueue(lambda: self._generate_title(generator, entry))
+            self._start_title_generation(generator, message)
         self._publish_status(entry, MessageStatus.ADDED)
         return message.id
 
@@ -645,6 +648,12 @@ class StoredConversation:
             stored = await self._store.add_message(self.session_id, entry.write)
         except Exception as error:
             entry.state, entry.error = _State.FAILED, error
+            logger.warning(
+                "conversation %s: message %s not persisted: %r",
+                self.session_id,
+                entry.message.id,
+                error,
+            )
             self._publish_status(entry, MessageStatus.PERSISTENCE_FAILED, error)
             return
         entry.message, entry.state, entry.error = stored, _State.STORED, None
@@ -659,9 +668,22 @@ class StoredConversation:
         except Exception:
             logger.exception("conversation %s: writing the title failed", self.session_id)
 
-    async def _generate_title(self, generator: TitleGenerator, entry: _Entry) -> None:
+    def _start_title_generation(self, generator: TitleGenerator, message: Message) -> None:
+        # Generation runs beside the write queue, so a slow generator delays no message;
+        # only its result's write is queued.
+        self._title_requests += 1
+        task = self._factory._spawn(
+            self._generate_title(generator, message, self._title_requests),
+            f"convostore title {self.session_id}",
+        )
+        self._title_tasks.add(task)
+        task.add_done_callback(self._title_tasks.discard)
+
+    async def _generate_title(
+        self, generator: TitleGenerator, message: Message, request: int
+    ) -> None:
         try:
-            result = generator(entry.message)
+            result = generator(message)
             title = await result if inspect.isawaitable(result) else result
         except Exception:
             logger.exception(
@@ -676,8 +698,11 @@ class StoredConversation:
                 title,
             )
             return
-        self._title = title.strip()
-        await self._persist_title(self._title)
+        if request < self._title_applied:
+            return  # a later message's title is already in place
+        self._title_applied = request
+        self._title = title = title.strip()
+        self._enqueue(lambda: self._persist_title(title))
 
     def _publish_status(
         self, entry: _Entry, status: MessageStatus, error: BaseException | None = None
@@ -698,8 +723,10 @@ class StoredConversation:
     # ---------------------------------------------------------------- waiting
 
     async def flush(self) -> None:
-        """Wait until every write queued so far has finished (stored or failed), and the
-        async listeners it woke have run."""
+        """Wait until every write queued so far has finished (stored or failed), with the
+        titles being generated and the async listeners it woke."""
+        if self._title_tasks:
+            await asyncio.wait(set(self._title_tasks))
         if self._jobs:
             await asyncio.shield(self._jobs[-1].done)
         await self._factory._await_listeners(self.session_id)
@@ -936,7 +963,12 @@ class BaseConversationFactory(Generic[C]):
                 continue
             if inspect.isawaitable(result):
                 self._track_listener(event.session_id, asyncio.ensure_future(result))
-        for stream in tuple(self._streams.get(event.session_id, ())):
+        streams = self._streams.get(event.session_id)
+        if streams is None:
+            return
+        if not streams:  # every reader was collected without closing its stream
+            del self._streams[event.session_id]
+        for stream in tuple(streams):
             stream._offer(event)
 
     def _track_listener(self, session_id: str, task: asyncio.Future[Any]) -> None:
@@ -1018,7 +1050,10 @@ class ConversationFactory(BaseConversationFactory[StoredConversation]):
 
     ``title_generator`` (sync or async, message -> str) retitles the session after
     every ``title_every``-th message of a conversation (counting the messages it
-    loaded); until then the first user message gives an interim title.
+    loaded); until then the first user message gives an interim title. Generation runs
+    beside the writes, so a slow generator delays no message; when generations finish
+    out of order, the later message's title wins. One that raises or returns a blank
+    title is logged and the title is kept.
     """
 
     def __init__(

@@ -248,14 +248,17 @@ async def test_persisted_then_message_persisted_then_stored_message_replaces_in_
 
 
 async def test_a_failed_write_is_reported_and_the_message_stays(
-    store: Store, chat: StoredConversation, recorder: Recorder
+    caplog: pytest.LogCaptureFixture, store: Store, chat: StoredConversation, recorder: Recorder
 ) -> None:
     kept = chat.add(UserMessage("before"))
     await chat.flush()
     await store.delete_session(chat.session_id)
 
-    lost = chat.add(AssistantMessage("after the session was deleted"))
-    await chat.flush()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        lost = chat.add(AssistantMessage("after the session was deleted"))
+        await chat.flush()
+
+    assert any(lost in r.getMessage() for r in caplog.records if r.name == LOGGER)
 
     assert recorder.of(lost) == ["added", "persistence_failed"]
     failure = recorder.with_status(MessageStatus.PERSISTENCE_FAILED)[0]
@@ -473,6 +476,37 @@ async def test_a_closed_factory_refuses_new_conversations(store: Store) -> None:
         await factory.create(owner=ALICE)
     with pytest.raises(RuntimeError, match="closed"):
         chat.add(UserMessage("again"))
+
+
+def test_writes_cut_off_by_the_loop_ending_are_reported_failed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder = Recorder()
+
+    async def leave_without_flushing() -> StoredConversation:
+        factory = InMemoryConversationFactory()
+        factory.subscribe(recorder)
+
+        async def never_done(original: AddMessage, session_id: str, write: MessageWrite) -> Message:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        wrap_add_message(monkeypatch, factory.store, never_done)
+        chat = await factory.create(owner=ALICE)
+        chat.add(UserMessage("one"))
+        chat.add(UserMessage("two"))
+        await asyncio.sleep(0)
+        return chat
+
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        chat = asyncio.run(leave_without_flushing())
+
+    assert len(chat.failed) == 2
+    failed = recorder.with_status(MessageStatus.PERSISTENCE_FAILED)
+    assert [e.message.id for e in failed] == ids(chat.messages)
+    assert all(isinstance(e.error, asyncio.CancelledError) for e in failed)
+    assert any("not persisted" in r.getMessage() for r in caplog.records)
+    assert chat.closed
 
 
 # ------------------------------------------------------------------------ listeners
@@ -747,6 +781,37 @@ async def test_a_failing_title_generator_is_logged_and_keeps_the_title(
     assert session.title == "First title"
     assert any("title generator" in r.getMessage() for r in caplog.records)
     assert all(recorder.of(i) == ["added", "persisted", "written"] for i in added)
+    await factory.close()
+
+
+async def test_a_slow_title_generator_delays_no_write_and_the_latest_title_wins(
+    store: Store,
+) -> None:
+    first_may_finish = asyncio.Event()
+
+    async def generate(message: Message) -> str:
+        if message.content == "first":
+            await first_may_finish.wait()
+        return f"About {message.content}"
+
+    factory = ConversationFactory(store, title_generator=generate)
+    recorder = Recorder()
+    factory.subscribe(recorder)
+    chat = await factory.create(owner=ALICE)
+    added = [chat.add(UserMessage("first")), chat.add(UserMessage("second"))]
+    for _ in range(500):
+        if chat.pending == 0 and chat.title == "About second":
+            break
+        await asyncio.sleep(0.01)
+
+    assert [e.message.id for e in recorder.with_status(MessageStatus.PERSISTED)] == added
+    assert chat.title == "About second"
+    first_may_finish.set()
+    await chat.flush()
+    assert chat.title == "About second"
+    session = await store.get_session(chat.session_id)
+    assert session is not None
+    assert session.title == "About second"
     await factory.close()
 
 
