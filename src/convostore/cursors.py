@@ -72,7 +72,8 @@ def _parse(cursor: str) -> Keyset:
         raise ValueError("the cursor is not Base64URL of a cursor document") from error
     if not isinstance(document, dict):
         raise ValueError("the cursor document is not an object")
-    if document.get("v") != CURSOR_VERSION:
+    version = document.get("v")
+    if type(version) is not int or version != CURSOR_VERSION:
         raise ValueError(f"unknown cursor version {document.get('v')!r}")
     try:
         order = SessionOrder(str(document.get("o")))

@@ -24,6 +24,7 @@ from convostore._time import require_aware, to_micros, utc_now
 from convostore.cursors import Keyset, decode_cursor, encode_cursor
 from convostore.embedding import EmbeddingFailed
 from convostore.errors import (
+    EventIdConflictError,
     InvalidArgumentError,
     NotIndexedError,
     SessionNotFoundError,
@@ -613,7 +614,7 @@ class Store(abc.ABC):
                     f"an append takes MessageWrite or EventWrite, not {type(write).__name__}"
                 )
             if prepared.event.id in seen_ids:
-                raise InvalidArgumentError(f"event id {prepared.event.id!r} given twice")
+                raise EventIdConflictError(f"event id {prepared.event.id!r} given twice")
             seen_ids.add(prepared.event.id)
             events.append(prepared)
         return PreparedAppend(
