@@ -63,11 +63,13 @@ __all__ = [
     "EventStream",
     "InMemoryConversation",
     "InMemoryConversationFactory",
+    "Listener",
     "MessageEvent",
     "MessagePersisted",
     "MessageStatus",
     "StoredConversation",
     "SystemMessage",
+    "TitleGenerator",
     "ToolMessage",
     "UserMessage",
 ]

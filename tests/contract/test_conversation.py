@@ -11,6 +11,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pytest
 
+import convostore
+import convostore.conversation
 import convostore.sync
 from convostore import (
     AssistantMessage,
@@ -117,6 +119,28 @@ def ids(messages: Sequence[Message]) -> list[str]:
 
 
 # ------------------------------------------------------------------------ values
+
+SECTION_4_NAMES = [
+    "UserMessage",
+    "AssistantMessage",
+    "SystemMessage",
+    "ToolMessage",
+    "ConversationFactory",
+    "InMemoryConversationFactory",
+    "StoredConversation",
+    "InMemoryConversation",
+    "MessageEvent",
+    "MessageStatus",
+    "MessagePersisted",
+    "EmbeddingFailed",
+]
+
+
+@pytest.mark.parametrize("name", SECTION_4_NAMES)
+def test_conversation_names_come_from_the_package_and_their_module(name: str) -> None:
+    assert getattr(convostore, name) is getattr(convostore.conversation, name)
+    assert name in convostore.__all__
+    assert name in convostore.conversation.__all__
 
 
 def test_message_values_hold_tuples_and_refuse_wrong_types() -> None:
