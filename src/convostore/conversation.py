@@ -1081,7 +1081,8 @@ class ConversationFactory(BaseConversationFactory[StoredConversation]):
         title_every: int = 1,
     ) -> SyncProxy:
         """A factory on a `convostore.sync` store, with blocking methods; the
-        conversations it returns are blocking too (`add` is a plain call either way)."""
+        conversations it returns are blocking too (`add` is a plain call either way).
+        Listeners run on the facade's loop thread; `events` is for async code only."""
         factory = cls(store.target, title_generator=title_generator, title_every=title_every)
         wrapped: SyncProxy = store._wrap(factory)
         return wrapped
