@@ -1084,7 +1084,7 @@ class ConversationFactory(BaseConversationFactory[StoredConversation]):
         conversations it returns are blocking too (`add` is a plain call either way).
         Listeners run on the facade's loop thread; `events` is for async code only."""
         factory = cls(store.target, title_generator=title_generator, title_every=title_every)
-        wrapped: SyncProxy = store._wrap(factory)
+        wrapped: SyncProxy = store.wrap(factory)
         return wrapped
 
 

@@ -76,12 +76,21 @@ class SyncProxy:
             return self._blocking(attribute)
         if inspect.isasyncgenfunction(attribute):
             return self._iterating(attribute)
-        return self._wrap(attribute)
+        if inspect.ismethod(attribute):
+            return self._plain(attribute)
+        return self.wrap(attribute)
 
     def _blocking(self, method: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
         @functools.wraps(method)
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._wrap(self._loop_thread.run(method(*args, **kwargs)))
+            return self.wrap(self._loop_thread.run(method(*args, **kwargs)))
+
+        return call
+
+    def _plain(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.wrap(method(*args, **kwargs))
 
         return call
 
@@ -103,9 +112,11 @@ class SyncProxy:
             more, item = self._loop_thread.run(step())
             if not more:
                 return
-            yield self._wrap(item)
+            yield self.wrap(item)
 
-    def _wrap(self, value: Any) -> Any:
+    def wrap(self, value: Any) -> Any:
+        """``value`` as sync code uses it: an async API object or async iterator is
+        wrapped to run on this facade's loop; anything else is returned as it is."""
         if isinstance(value, self.wrapped_types):
             return SyncProxy(value, self._loop_thread)
         if isinstance(value, AsyncIterator):
