@@ -8,12 +8,11 @@ operation is one thread hop.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
 
-from convostore import _json
 from convostore._time import to_micros
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import RollbackAndReturn
@@ -63,11 +62,24 @@ Connection = sqlite3.Connection
 _MAX_INTEGER = 2**63 - 1
 
 
+# Lists of ids, types, roles and branches are bound as one JSON text parameter. They
+# hold only strings, so one encoder made once serves them all.
+_encode_strings = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def _json_list(values: Iterable[str]) -> str:
-    return _json.dumps(list(values), "ids")
+    return _encode_strings(list(values))
 
 
 # ---------------------------------------------------------------------------- writes
+
+
+def _unconfirmed_users(users: tuple[User, ...], required: tuple[str, ...]) -> list[str]:
+    """The required ids not given as a `User` in the same call: those must be stored."""
+    if not required:
+        return []
+    given = {user.id for user in users}
+    return [user_id for user_id in required if user_id not in given]
 
 
 def _require_users(
@@ -75,16 +87,10 @@ def _require_users(
 ) -> None:
     """`UnknownUserError` for a required id that is neither stored nor given as a
     `User` in the same call."""
-    if not required:
-        return
-    given = {user.id for user in users}
-    wanted = [user_id for user_id in required if user_id not in given]
+    wanted = _unconfirmed_users(users, required)
     if not wanted:
         return
-    if len(wanted) == 1:
-        missing = [] if connection.execute(sql.USER_EXISTS, wanted).fetchone() else wanted
-    else:
-        missing = [row[0] for row in connection.execute(sql.MISSING_USERS, (_json_list(wanted),))]
+    missing = [row[0] for row in connection.execute(sql.MISSING_USERS, (_json_list(wanted),))]
     if missing:
         raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
 
@@ -189,6 +195,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
     common case allows: move the session on, then insert the events. Whatever a later
     check refuses is undone with the transaction."""
     events = append.events
+    unconfirmed = _unconfirmed_users(append.users_to_insert, append.required_user_ids)
     advanced = connection.execute(
         sql.ADVANCE_SESSION,
         (
@@ -199,6 +206,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
             append.started_by,
             append.session_id,
             append.expected_version,
+            _json_list(unconfirmed) if unconfirmed else None,
         ),
     ).fetchone()
     if advanced is None:
@@ -206,9 +214,11 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
             raise SessionNotFoundError(f"no session {append.session_id!r}")
         _require_users(connection, append.users_to_insert, append.required_user_ids)
         return AppendOutcome(applied=False)  # A batch for another version.
-    _require_users(connection, append.users_to_insert, append.required_user_ids)
+    last_seq, unknown_users = advanced
+    if unknown_users:
+        _require_users(connection, append.users_to_insert, append.required_user_ids)
     _insert_users(connection, append.users_to_insert)
-    first_seq = advanced[0] - len(events) + 1
+    first_seq = last_seq - len(events) + 1
     try:
         if len(events) == 1:
             connection.execute(sql.INSERT_EVENT, event_values(events[0], first_seq))
@@ -219,10 +229,14 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
             )
     except sqlite3.IntegrityError as error:
         _raise_for_stored_id(connection, append, error)
-    return AppendOutcome(
-        applied=True,
-        events=[replace(prepared.event, seq=first_seq + i) for i, prepared in enumerate(events)],
-    )
+    stored: list[Event] = []
+    for offset, prepared in enumerate(events):
+        # "event.seq is 0 until the backend assigns it" (PreparedEvent): the event was
+        # made for this append and nothing else holds it, so it takes its seq in place
+        # rather than as a copy of every field, on the hottest path there is.
+        object.__setattr__(prepared.event, "seq", first_seq + offset)
+        stored.append(prepared.event)
+    return AppendOutcome(applied=True, events=stored)
 
 
 def _raise_for_stored_id(

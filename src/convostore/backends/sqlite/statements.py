@@ -41,13 +41,12 @@ USER_COLUMNS: Final = _columns(USER_FIELDS)
 SESSION_COLUMNS: Final = _columns(SESSION_FIELDS)
 EVENT_COLUMNS: Final = _columns(EVENT_FIELDS)
 # A summary row: the session's columns, its message count, its owner's columns, then the
-# columns of the author of its first message.
-SUMMARY_SELECT: Final = (
-    f"SELECT {_columns(SESSION_FIELDS, 's.')}, s.message_count, "
-    f"{_columns(USER_FIELDS, 'o.')}, {_columns(USER_FIELDS, 'b.')} "
-    "FROM sessions s LEFT JOIN users o ON o.id = s.owner_id "
-    "LEFT JOIN users b ON b.id = s.started_by"
+# columns of the author of its first message (users o and b joined to sessions s).
+_SUMMARY_COLUMNS = (
+    f"{_columns(SESSION_FIELDS, 's.')}, s.message_count, "
+    f"{_columns(USER_FIELDS, 'o.')}, {_columns(USER_FIELDS, 'b.')}"
 )
+_SUMMARY_JOINS = " LEFT JOIN users o ON o.id = s.owner_id LEFT JOIN users b ON b.id = s.started_by"
 
 # ---------------------------------------------------------------------------- users
 
@@ -62,7 +61,6 @@ INSERT_USER_IF_ABSENT: Final = (
     f"INSERT INTO users ({USER_COLUMNS}) VALUES ({_placeholders(USER_FIELDS)}) "
     "ON CONFLICT (id) DO NOTHING"
 )
-USER_EXISTS: Final = "SELECT 1 FROM users WHERE id = ?"
 # The ids of a JSON list that name no stored user, in list order.
 MISSING_USERS: Final = (
     "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT id FROM users) ORDER BY key"
@@ -104,7 +102,9 @@ FIND_PART: Final = (
     f"SELECT {SESSION_COLUMNS} FROM sessions "
     "WHERE part_of = ? AND held_with = ? ORDER BY id LIMIT 1"
 )
-LIST_PARTS: Final = f"{SUMMARY_SELECT} WHERE s.part_of = ? ORDER BY s.id"
+LIST_PARTS: Final = (
+    f"SELECT {_SUMMARY_COLUMNS} FROM sessions s{_SUMMARY_JOINS} WHERE s.part_of = ? ORDER BY s.id"
+)
 PARTICIPANTS: Final = (
     f"SELECT {_columns(USER_FIELDS, 'u.')} FROM participants p "
     "JOIN users u ON u.id = p.user_id WHERE p.session_id = ? ORDER BY p.first_seq"
@@ -112,14 +112,17 @@ PARTICIPANTS: Final = (
 
 # ---------------------------------------------------------------------------- the log
 
-# One statement moves the session on and returns where the new events go. A batch's
-# version check is in the WHERE clause, so no row back means "no such session" or
-# "another version", which only that rare path tells apart.
+# One statement moves the session on, returns where the new events go, and counts the
+# required user ids (a JSON list, or NULL) that name no stored user. A batch's version
+# check is in the WHERE clause, so no row back means "no such session" or "another
+# version", which only that rare path tells apart.
 ADVANCE_SESSION: Final = (
     "UPDATE sessions SET version = version + 1, last_seq = last_seq + ?1, stamp = ?2, "
     "last_activity_at = CASE WHEN ?3 > last_activity_at THEN ?3 ELSE last_activity_at END, "
     "message_count = message_count + ?4, started_by = coalesce(started_by, ?5) "
-    "WHERE id = ?6 AND (?7 IS NULL OR version = ?7) RETURNING last_seq"
+    "WHERE id = ?6 AND (?7 IS NULL OR version = ?7) "
+    "RETURNING last_seq, "
+    "(SELECT count(*) FROM json_each(?8) WHERE value NOT IN (SELECT id FROM users))"
 )
 INSERT_EVENT: Final = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({_placeholders(EVENT_FIELDS)})"
 EVENTS_WITH_IDS: Final = (
@@ -145,9 +148,19 @@ KEPT_EVENTS: Final = (
 
 # ---------------------------------------------------------------------------- assembled
 
-_LISTING_FROM = {
-    False: f"SELECT {_columns(SESSION_FIELDS, 's.')} FROM sessions s",
-    True: SUMMARY_SELECT,
+# The index each listing walks, by (order, include_parts, filtered by kind). Named in
+# the statement: without statistics the planner may take the wider index and filter
+# rows out one by one, and a listing's cost per page must not depend on that guess. A
+# listing of parts too, by kind, walks the owner's whole index and filters kind per row.
+_LISTING_INDEXES = {
+    (SessionOrder.CREATED, False, False): "sessions_top_by_created",
+    (SessionOrder.CREATED, False, True): "sessions_top_kind_by_created",
+    (SessionOrder.CREATED, True, False): "sessions_by_created",
+    (SessionOrder.CREATED, True, True): "sessions_by_created",
+    (SessionOrder.LAST_ACTIVITY, False, False): "sessions_top_by_activity",
+    (SessionOrder.LAST_ACTIVITY, False, True): "sessions_top_kind_by_activity",
+    (SessionOrder.LAST_ACTIVITY, True, False): "sessions_by_activity",
+    (SessionOrder.LAST_ACTIVITY, True, True): "sessions_by_activity",
 }
 _LISTING_AFTER = {
     SessionOrder.CREATED: " AND s.id < :after_id",
@@ -165,7 +178,12 @@ def listing_sql(
 ) -> str:
     """A page of an owner's sessions (or summaries), strictly after a keyset when
     ``paged``. Parameters: owner_id, kind, after_id, after_at, limit."""
-    sql = _LISTING_FROM[summaries] + " WHERE s.owner_id = :owner_id"
+    columns = _SUMMARY_COLUMNS if summaries else _columns(SESSION_FIELDS, "s.")
+    index = _LISTING_INDEXES[order, include_parts, by_kind]
+    sql = f"SELECT {columns} FROM sessions s INDEXED BY {index}"
+    if summaries:
+        sql += _SUMMARY_JOINS
+    sql += " WHERE s.owner_id = :owner_id"
     if not include_parts:
         sql += " AND s.part_of IS NULL"
     if by_kind:
