@@ -1,0 +1,726 @@
+"""What is the SQLite backend's own: its URLs, schema and migrations, connection settings,
+threads, query plans, error translation and several store objects on one file. What
+every backend does is the contract suite's (tests/contract)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import convostore
+from convostore import (
+    COMPACTION,
+    BackendUnavailableError,
+    EventFilter,
+    EventWrite,
+    InvalidArgumentError,
+    MessageWrite,
+    PageRequest,
+    Role,
+    SchemaVersionError,
+    SessionFilter,
+    SessionOrder,
+    Store,
+    ToolCall,
+    User,
+)
+from convostore._json import index_value
+from convostore.backends.sqlite import SCHEMA_VERSION, SQLiteStore, SQLiteTarget, parse_sqlite_url
+from convostore.backends.sqlite import store as sqlite_store_module
+from convostore.backends.sqlite.connection import open_connection
+from convostore.backends.sqlite.worker import ConnectionWorker
+from convostore.filters import active_view, apply_filter
+
+ADA = User("ada", "Ada")
+BOT = User("bot", "Bot", kind="agent")
+
+
+def db_url(path: Path, query: str = "") -> str:
+    return f"sqlite:///{path}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.db"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = await SQLiteStore.open(db_url(db_path))
+    yield opened
+    await opened.close()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def raw_rows(path: Path, statement: str, *parameters: Any) -> list[Any]:
+    """Rows read through a connection of the test's own, outside the store."""
+    connection = sqlite3.connect(path)
+    try:
+        return connection.execute(statement, parameters).fetchall()
+    finally:
+        connection.close()
+
+
+async def on_writer(store: SQLiteStore, statement: str) -> Any:
+    """One value read by the store's writer connection."""
+    return await store._writer.run(lambda c: c.execute(statement).fetchone()[0])
+
+
+async def on_reader(store: SQLiteStore, statement: str) -> Any:
+    return await store._readers.run(lambda c: c.execute(statement).fetchone()[0])
+
+
+# ------------------------------------------------------------------ URLs
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///rel/path.db", SQLiteTarget("rel/path.db")),
+        ("sqlite:////abs/path.db", SQLiteTarget("/abs/path.db")),
+        ("sqlite://", SQLiteTarget("convostore.db")),
+        ("sqlite:///", SQLiteTarget("convostore.db")),
+        ("SQLite:///x.db", SQLiteTarget("x.db")),
+        ("sqlite:///:memory:", SQLiteTarget(":memory:")),
+        ("data/chat.db", SQLiteTarget("data/chat.db")),
+        ("/abs/chat.db?not=options", SQLiteTarget("/abs/chat.db?not=options")),
+        ("sqlite:///x.db?synchronous=normal", SQLiteTarget("x.db", synchronous="NORMAL")),
+        ("sqlite:///x.db?synchronous=FULL", SQLiteTarget("x.db", synchronous="FULL")),
+        ("sqlite:///x.db?synchronous=extra", SQLiteTarget("x.db", synchronous="EXTRA")),
+        ("sqlite:///x.db?busy_timeout=250", SQLiteTarget("x.db", busy_timeout_ms=250)),
+        (
+            "sqlite:///?synchronous=normal&busy_timeout=0",
+            SQLiteTarget("convostore.db", synchronous="NORMAL", busy_timeout_ms=0),
+        ),
+    ],
+)
+def test_urls_name_a_path_and_options(url: str, expected: SQLiteTarget) -> None:
+    assert parse_sqlite_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://host/x.db",
+        "sqlite:///x.db?synchronous=off",
+        "sqlite:///x.db?synchronous=",
+        "sqlite:///x.db?busy_timeout=-1",
+        "sqlite:///x.db?busy_timeout=1.5",
+        "sqlite:///x.db?busy_timeout=99999999999",
+        "sqlite:///x.db?journal_mode=delete",
+        "sqlite:///x.db?synchronous=full&synchronous=normal",
+        "sqlite:///x.db?synchronous",
+    ],
+)
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_sqlite_url(url)
+
+
+async def test_the_default_url_opens_convostore_db_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for url in ("sqlite://", "sqlite:///", convostore.DEFAULT_URL):
+        store = await convostore.connect(url)
+        await store.create_session(ADA)
+        await store.close()
+    assert (tmp_path / "convostore.db").is_file()
+    assert raw_rows(tmp_path / "convostore.db", "SELECT count(*) FROM sessions") == [(3,)]
+
+
+async def test_a_bare_path_is_a_sqlite_database(tmp_path: Path) -> None:
+    store = await convostore.connect(str(tmp_path / "bare.db"))
+    assert isinstance(store, SQLiteStore)
+    await store.create_session(ADA)
+    await store.close()
+    assert raw_rows(tmp_path / "bare.db", "SELECT count(*) FROM sessions") == [(1,)]
+
+
+async def test_a_missing_directory_is_named(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailableError, match="does not exist"):
+        await convostore.connect(db_url(tmp_path / "absent" / "x.db"))
+    assert not (tmp_path / "absent").exists()
+
+
+async def test_unknown_options_are_refused(db_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="pool_size"):
+        await convostore.connect(db_url(db_path), pool_size=3)
+
+
+async def test_memory_database_lives_in_one_connection() -> None:
+    store = await convostore.connect("sqlite:///:memory:")
+    assert store.capabilities.persistent is False
+    assert store.capabilities.cross_process is False
+    session = await store.create_session(ADA)
+    await store.add_message(session.id, MessageWrite(Role.USER, "hi", author="ada"))
+    # Reads see the writes: they run on the one connection that holds the database.
+    assert [m.content for m in await store.messages(session.id)] == ["hi"]
+    assert await store.count_sessions("ada") == 1
+    await store.close()
+
+
+async def test_a_file_database_is_persistent_and_shared(store: SQLiteStore) -> None:
+    assert store.capabilities.persistent is True
+    assert store.capabilities.cross_process is True
+
+
+# ------------------------------------------------------------------ schema
+
+
+async def test_migrations_are_recorded(store: SQLiteStore, db_path: Path) -> None:
+    rows = raw_rows(db_path, "SELECT version, applied_at FROM convostore_schema ORDER BY version")
+    assert [version for version, _ in rows] == list(range(1, SCHEMA_VERSION + 1))
+    now_us = datetime.now(UTC).timestamp() * 1_000_000
+    assert all(now_us - 60_000_000 < applied_at <= now_us for _, applied_at in rows)
+
+
+async def test_reopening_keeps_data_and_applies_nothing_twice(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_url(db_path))
+    session = await store.create_session(ADA, title="kept")
+    message = await store.add_message(
+        session.id,
+        MessageWrite(
+            Role.ASSISTANT,
+            "answer",
+            author=BOT,
+            tool_calls=[ToolCall("c1", "lookup", {"q": [1, 2]})],
+            embedding=[0.25, -1.5, 3.0],
+            embedding_model="m-1",
+        ),
+    )
+    await store.close()
+    reopened = await SQLiteStore.open(db_url(db_path))
+    try:
+        assert await reopened.get_session(session.id) == replace(
+            session,
+            version=1,
+            stamp=(await reopened.get_session(session.id) or session).stamp,
+            last_activity_at=message.created_at,
+        )
+        assert await reopened.read(session.id) == [message]
+        assert await reopened.get_user("bot") == BOT
+    finally:
+        await reopened.close()
+    assert raw_rows(db_path, "SELECT count(*) FROM convostore_schema") == [(SCHEMA_VERSION,)]
+
+
+async def test_a_newer_schema_is_refused_and_nothing_written(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_url(db_path))
+    await store.create_session(ADA)
+    await store.close()
+    connection = sqlite3.connect(db_path)
+    connection.execute(
+        "INSERT INTO convostore_schema (version, applied_at) VALUES (?, 0)", (SCHEMA_VERSION + 1,)
+    )
+    connection.commit()
+    connection.close()
+    before = digest(db_path)
+    with pytest.raises(SchemaVersionError, match=f"version {SCHEMA_VERSION + 1}"):
+        await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+    assert digest(db_path) == before
+    assert raw_rows(db_path, "SELECT count(*) FROM indexed_metadata_keys") == [(0,)]
+
+
+async def test_stores_connecting_at_once_migrate_once(db_path: Path) -> None:
+    stores = await asyncio.gather(*(SQLiteStore.open(db_url(db_path)) for _ in range(6)))
+    for store in stores:
+        await store.close()
+    assert raw_rows(db_path, "SELECT count(*) FROM convostore_schema") == [(SCHEMA_VERSION,)]
+
+
+async def test_a_key_newly_indexed_is_backfilled_and_a_key_dropped_is_forgotten(
+    db_path: Path,
+) -> None:
+    values: list[Any] = ["acme", 7, "7", 2.5, True, None, {"b": [1, "x"]}, ["ü", 1], ""]
+    store = await SQLiteStore.open(db_url(db_path))
+    before = [await store.create_session(ADA, metadata={"tenant": v}) for v in values]
+    await store.create_session(ADA, metadata={"other": "acme"})
+    await store.close()
+
+    store = await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+    try:
+        # A backfilled entry compares exactly as an entry written now does.
+        after = [await store.create_session(ADA, metadata={"tenant": v}) for v in values]
+        for value in values:
+            expected = sorted(
+                session.id
+                for session in before + after
+                if index_value(session.metadata["tenant"]) == index_value(value)
+            )
+            found = await store.find_sessions_by_metadata("tenant", value)
+            assert [session.id for session in found] == expected, value
+    finally:
+        await store.close()
+
+    store = await SQLiteStore.open(db_url(db_path))
+    await store.close()
+    assert raw_rows(db_path, "SELECT count(*) FROM session_metadata") == [(0,)]
+    assert raw_rows(db_path, "SELECT count(*) FROM indexed_metadata_keys") == [(0,)]
+    store = await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+    try:
+        assert len(await store.find_sessions_by_metadata("tenant", "acme")) == 2
+    finally:
+        await store.close()
+
+
+# ------------------------------------------------------------------ connections
+
+
+async def test_connection_settings(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_url(db_path, "busy_timeout=1234"))
+    try:
+        for run in (on_writer, on_reader):
+            assert await run(store, "PRAGMA journal_mode") == "wal"
+            assert await run(store, "PRAGMA synchronous") == 2  # FULL
+            assert await run(store, "PRAGMA foreign_keys") == 1
+            assert await run(store, "PRAGMA busy_timeout") == 1234
+        assert await on_writer(store, "PRAGMA query_only") == 0
+        assert await on_reader(store, "PRAGMA query_only") == 1
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(("option", "level"), [("normal", 1), ("full", 2), ("extra", 3)])
+async def test_synchronous_follows_the_url(db_path: Path, option: str, level: int) -> None:
+    store = await SQLiteStore.open(db_url(db_path, f"synchronous={option}"))
+    try:
+        assert await on_writer(store, "PRAGMA synchronous") == level
+        assert await on_reader(store, "PRAGMA synchronous") == level
+    finally:
+        await store.close()
+
+
+async def test_every_operation_is_one_thread_hop(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hops: list[str] = []
+    original_run = ConnectionWorker.run
+
+    async def counting_run(worker: ConnectionWorker, fn: Any, *args: Any) -> Any:
+        hops.append(getattr(fn, "__name__", repr(fn)))
+        return await original_run(worker, fn, *args)
+
+    monkeypatch.setattr(ConnectionWorker, "run", counting_run)
+
+    async def hops_of(call: Awaitable[Any]) -> int:
+        hops.clear()
+        await call
+        return len(hops)
+
+    session = await store.create_session(ADA, metadata={"k": 1})
+    boundary = EventWrite(COMPACTION, {"kept_event_ids": []}, synthetic=True)
+    operations: list[Callable[[], Awaitable[Any]]] = [
+        lambda: store.put_user(BOT),
+        lambda: store.get_user("bot"),
+        lambda: store.create_session(ADA),
+        lambda: store.create_session_if_absent(ADA, session_id="fixed"),
+        lambda: store.get_session(session.id),
+        lambda: store.set_title(session.id, "t"),
+        lambda: store.list_sessions("ada", PageRequest(order=SessionOrder.LAST_ACTIVITY)),
+        lambda: store.list_summaries("ada"),
+        lambda: store.count_sessions("ada", SessionFilter(kind="chat")),
+        lambda: store.find_part(session.id, "bot"),
+        lambda: store.list_parts(session.id),
+        lambda: store.add_message(session.id, MessageWrite(Role.USER, "hi", author=ADA)),
+        lambda: store.append_event(session.id, EventWrite("APP.X")),
+        lambda: store.append_events(session.id, [boundary], expected_version=2),
+        lambda: store.version(session.id),
+        lambda: store.read(session.id, EventFilter(last=2)),
+        lambda: store.read(session.id, EventFilter(active_view=True)),
+        lambda: store.messages(session.id),
+        lambda: store.participants(session.id),
+        lambda: store.delete_expired(),
+        lambda: store.delete_session("fixed"),
+    ]
+    for operation in operations:
+        assert await hops_of(operation()) == 1, hops
+    fresh = await store.get_session(session.id)
+    assert fresh is not None
+    assert await hops_of(store.update_session(replace(fresh, title="u"))) == 1
+    message = (await store.messages(session.id))[0]
+    assert await hops_of(store.set_narration(session.id, message.id, "n")) == 1
+    # find_or_create_part reads the parent first (in Store), then makes one hop.
+    part = store._new_session("ada", None, None, "chat", session.id, BOT, None, None)
+    assert await hops_of(store._find_or_insert_part(part)) == 1
+
+
+async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocking(connection: sqlite3.Connection) -> str:
+        started.set()
+        release.wait(5)
+        return "done"
+
+    waiting = asyncio.ensure_future(store._writer.run(blocking))
+    await asyncio.to_thread(started.wait, 5)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    # Queued behind the running job, then cancelled before it starts: it never runs.
+    ran: list[bool] = []
+    skipped = asyncio.ensure_future(store._writer.run(lambda c: ran.append(True)))
+    await asyncio.sleep(0)
+    skipped.cancel()
+    release.set()
+    session = await store.create_session(ADA)
+    assert await store.get_session(session.id) == session
+    assert ran == []
+
+
+async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_url(db_path))
+    names = {t.name for t in threading.enumerate() if t.name.startswith("convostore-sqlite")}
+    assert len(names) == 3  # one writer, two readers
+    await store.close()
+    await store.close()
+    assert not any(t.name in names for t in threading.enumerate())
+    with pytest.raises(BackendUnavailableError, match="closed"):
+        await store.get_session("x")
+    # Closing checkpoints the WAL into the database file.
+    assert not db_path.with_name(db_path.name + "-wal").is_file()
+
+
+# ------------------------------------------------------------------ errors
+
+
+async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not a database file, whatever its name says" * 100)
+    with pytest.raises(BackendUnavailableError) as raised:
+        await convostore.connect(db_url(path))
+    assert isinstance(raised.value.__cause__, sqlite3.DatabaseError)
+
+
+async def test_a_locked_database_is_unavailable_and_nothing_leaks(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_url(db_path, "busy_timeout=0"))
+    session = await store.create_session(ADA)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(BackendUnavailableError, match="locked") as raised:
+            await store.add_message(session.id, MessageWrite(Role.USER, "x"))
+        assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+        # Readers are not blocked by a writer in WAL mode.
+        assert await store.version(session.id) == 0
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await store.add_message(session.id, MessageWrite(Role.USER, "x"))
+    assert await store.version(session.id) == 1
+    await store.close()
+
+
+async def test_text_sqlite_cannot_store_is_a_bad_argument(store: SQLiteStore) -> None:
+    session = await store.create_session(ADA)
+    with pytest.raises(InvalidArgumentError):
+        await store.add_message(session.id, MessageWrite(Role.USER, "lone \ud800 surrogate"))
+    assert await store.version(session.id) == 0
+
+
+async def test_huge_window_bounds_mean_no_bound(store: SQLiteStore) -> None:
+    session = await store.create_session(ADA)
+    await store.add_message(session.id, MessageWrite(Role.USER, "x"))
+    assert len(await store.read(session.id, EventFilter(limit=10**30))) == 1
+    assert len(await store.read(session.id, EventFilter(last=10**30))) == 1
+    assert await store.read(session.id, EventFilter(after_seq=10**30)) == []
+
+
+# ------------------------------------------------------------------ several stores on one file
+
+
+@pytest.fixture
+async def peers(db_path: Path) -> AsyncIterator[list[SQLiteStore]]:
+    opened = [await SQLiteStore.open(db_url(db_path)) for _ in range(8)]
+    yield opened
+    for peer in opened:
+        await peer.close()
+
+
+async def test_create_if_absent_races_across_stores(peers: list[SQLiteStore]) -> None:
+    results = await asyncio.gather(
+        *(
+            peer.create_session_if_absent(ADA, session_id="race", title=str(i))
+            for i, peer in enumerate(peers)
+        )
+    )
+    assert sorted(results) == [False] * 7 + [True]
+    assert await peers[0].count_sessions("ada") == 1
+
+
+async def test_one_batch_wins_a_version_across_stores(peers: list[SQLiteStore]) -> None:
+    session = await peers[0].create_session(ADA)
+    results = await asyncio.gather(
+        *(
+            peer.append_events(
+                session.id, [MessageWrite(Role.USER, f"from {i}"), EventWrite("APP.X")], 0
+            )
+            for i, peer in enumerate(peers)
+        )
+    )
+    assert results.count(True) == 1
+    assert await peers[3].version(session.id) == 1
+    assert [e.seq for e in await peers[5].read(session.id)] == [1, 2]
+
+
+async def test_appends_from_every_store_get_consecutive_seqs(peers: list[SQLiteStore]) -> None:
+    session = await peers[0].create_session(ADA)
+    await asyncio.gather(
+        *(
+            peer.add_message(session.id, MessageWrite(Role.USER, f"{i}-{n}"))
+            for n in range(5)
+            for i, peer in enumerate(peers)
+        )
+    )
+    events = await peers[1].read(session.id)
+    assert [e.seq for e in events] == list(range(1, 41))
+    assert await peers[2].version(session.id) == 40
+
+
+async def test_find_or_create_part_settles_on_one_across_stores(peers: list[SQLiteStore]) -> None:
+    parent = await peers[0].create_session(ADA)
+    parts = await asyncio.gather(*(peer.find_or_create_part(parent.id, BOT) for peer in peers))
+    assert len({part.id for part in parts}) == 1
+    assert len(await peers[4].list_parts(parent.id)) == 1
+
+
+# ------------------------------------------------------------------ query plans
+
+LONG_LOG = 3000
+
+
+@pytest.fixture
+async def traced_store(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[SQLiteStore, list[str]]]:
+    """A store whose connections record every statement they run."""
+    statements: list[str] = []
+
+    def tracing(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection:
+        connection = open_connection(target, reader=reader)
+        connection.set_trace_callback(statements.append)
+        return connection
+
+    monkeypatch.setattr(sqlite_store_module, "open_connection", tracing)
+    store = await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+    yield store, statements
+    await store.close()
+
+
+def turn(number: int) -> list[MessageWrite | EventWrite]:
+    """A user turn with a tool call, its result, an app event and an answer."""
+    call = ToolCall(f"call-{number}", "search", {"n": number})
+    return [
+        MessageWrite(Role.USER, f"question {number}", author="ada"),
+        MessageWrite(Role.ASSISTANT, "", tool_calls=[call]),
+        MessageWrite(Role.TOOL, f"result {number}", tool_call_id=call.id),
+        EventWrite("APP.STEP", {"n": number}, branch="agent.sub"),
+        MessageWrite(Role.ASSISTANT, f"answer {number}", author="bot"),
+    ]
+
+
+async def long_log(store: Store) -> str:
+    """A session with `LONG_LOG` events, a compaction near the end, and many sessions of
+    one owner around it; returns the session id."""
+    await store.put_user(ADA)
+    await store.put_user(BOT)
+    for number in range(150):
+        await store.create_session("ada", metadata={"tenant": f"t{number % 7}"})
+    session = await store.create_session("ada", metadata={"tenant": "t0"})
+    for _ in range(20):
+        await store.create_session("ada", part_of=session.id, held_with=BOT)
+    writes = [write for number in range(LONG_LOG // 5) for write in turn(number)]
+    for start in range(0, len(writes), 250):
+        batch = writes[start : start + 250]
+        await store.append_events(session.id, batch, await store.version(session.id))
+    kept = [e.id for e in await store.read(session.id, EventFilter(last=3))]  # the last turn
+    await store.append_events(
+        session.id,
+        [
+            EventWrite(COMPACTION, {"kept_event_ids": kept}, synthetic=True),
+            MessageWrite(Role.ASSISTANT, "summary", synthetic=True),
+            *turn(10_000),
+        ],
+        await store.version(session.id),
+    )
+    return session.id
+
+
+def plans(path: Path, statements: list[str]) -> dict[str, list[str]]:
+    """EXPLAIN QUERY PLAN of each statement that reads or writes rows."""
+    connection = open_connection(SQLiteTarget(str(path)), reader=True)
+    try:
+        return {
+            statement: [row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + statement)]
+            for statement in statements
+            if statement.split(None, 1)[0].upper() in ("SELECT", "UPDATE", "DELETE", "INSERT")
+        }
+    finally:
+        connection.close()
+
+
+def full_scans(plan: list[str]) -> list[str]:
+    """Steps that walk a whole table (a list bound as JSON is a table-valued function)."""
+    return [step for step in plan if step.startswith("SCAN") and "VIRTUAL TABLE" not in step]
+
+
+async def test_reads_and_writes_use_indexes_on_a_long_log(
+    traced_store: tuple[SQLiteStore, list[str]], db_path: Path
+) -> None:
+    store, statements = traced_store
+    session_id = await long_log(store)
+    assert await store.version(session_id) > 10
+    statements.clear()
+
+    window = await store.read(session_id, EventFilter(last=2))
+    assert [e.type for e in window] == ["MESSAGE"] * 3 + ["APP.STEP", "MESSAGE"]
+    assert len(await store.read(session_id, EventFilter(last=3, roles=[Role.TOOL]))) == 3
+    assert len(await store.messages(session_id, last=1)) == 4
+    page = await store.read(session_id, EventFilter(after_seq=1500, limit=20))
+    assert [e.seq for e in page] == list(range(1501, 1521))
+    await store.read(session_id, EventFilter(after_seq=2000, limit=5, text="ANSWER", branch="x"))
+    view = await store.read(session_id, EventFilter(active_view=True))
+    assert len(view) == 1 + 5 + 5  # the summary, the kept turn, the turn after
+    assert view[0].synthetic
+    await store.read(session_id, EventFilter(active_view=True, last=2))
+    for order in SessionOrder:
+        for filter in (
+            SessionFilter(),
+            SessionFilter(kind="chat"),
+            SessionFilter(include_parts=True),
+        ):
+            first = await store.list_sessions("ada", PageRequest(10, None, order), filter)
+            await store.list_sessions("ada", PageRequest(10, first.next_cursor, order), filter)
+            summaries = await store.list_summaries("ada", PageRequest(10, None, order), filter)
+            await store.list_summaries("ada", PageRequest(10, summaries.next_cursor, order), filter)
+            await store.count_sessions("ada", filter)
+    assert len(await store.list_parts(session_id)) == 20
+    assert await store.find_part(session_id, "bot") is not None
+    await store.find_or_create_part(session_id, "bot")
+    assert len(await store.find_sessions_by_metadata("tenant", "t3")) > 10
+    assert [u.id for u in await store.participants(session_id)] == ["ada", "bot"]
+    message = window[-1]
+    await store.set_narration(session_id, message.id, "narrated")
+    await store.add_message(session_id, MessageWrite(Role.USER, "more", author="ada"))
+    await store.append_event(session_id, EventWrite("APP.X", id="fixed-id"))
+    await store.append_event(session_id, EventWrite("APP.X", id="fixed-id"))  # a retry
+    await store.delete_expired()
+    fresh = await store.get_session(session_id)
+    assert fresh is not None
+    await store.update_session(replace(fresh, title="long"))
+
+    explained = plans(db_path, statements)
+    assert len(explained) > 30
+    scans = {statement[:120]: full_scans(plan) for statement, plan in explained.items()}
+    assert {s: p for s, p in scans.items() if p} == {}
+    steps = [step for plan in explained.values() for step in plan]
+    for index in (
+        "events_by_seq",
+        "events_turn_starts",
+        "events_compactions",
+        "events_by_id",
+        "sessions_top_by_created",
+        "sessions_top_by_activity",
+        "sessions_top_kind_by_created",
+        "sessions_top_kind_by_activity",
+        "sessions_by_created",
+        "sessions_by_activity",
+        "sessions_parts",
+        "sessions_expiry",
+        "participants_in_order",
+    ):
+        assert any(f"INDEX {index} " in step for step in steps), index
+
+
+# ------------------------------------------------------------------ filters in SQL
+
+
+def varied_log_writes(rng: random.Random) -> list[MessageWrite | EventWrite]:
+    base = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    texts = ["Hello", "hello WORLD", "50%_off", "5_%", "Straße", "STRASSE", "ÄRGER über", "", "x"]
+    branches = [None, None, "a", "a.b", "a.b.c", "ab", "z"]
+    writes: list[MessageWrite | EventWrite] = []
+    for number in range(160):
+        at = base + timedelta(seconds=rng.randrange(0, 3600), microseconds=number)
+        branch = rng.choice(branches)
+        synthetic = rng.random() < 0.1
+        if rng.random() < 0.75:
+            role = rng.choice(list(Role))
+            content = rng.choice(texts) + f" {number}"
+            writes.append(
+                MessageWrite(role, content, branch=branch, created_at=at, synthetic=synthetic)
+            )
+        else:
+            kind = rng.choice(["APP.A", "APP.B", "TOOL.RUN"])
+            writes.append(EventWrite(kind, {"n": number}, branch=branch, created_at=at))
+    return writes
+
+
+def random_filter(rng: random.Random, base: datetime) -> EventFilter:
+    def maybe(value: Any) -> Any:
+        return value if rng.random() < 0.3 else None
+
+    limit, last = None, None
+    window = rng.random()
+    if window < 0.35:
+        last = rng.randrange(0, 30)
+    elif window < 0.6:
+        limit = rng.randrange(0, 30)
+    return EventFilter(
+        active_view=rng.random() < 0.3,
+        types=maybe(rng.sample(["MESSAGE", "APP.A", "APP.B", "COMPACTION"], rng.randrange(0, 3))),
+        roles=maybe(rng.sample(list(Role), rng.randrange(0, 3))),
+        exclude_synthetic=rng.random() < 0.3,
+        branch=maybe(rng.choice(["a", "a.b", "a.b.c", "ab", "z", "q.r"])),
+        since=maybe(base + timedelta(seconds=rng.randrange(0, 3600))),
+        until=maybe(base + timedelta(seconds=rng.randrange(0, 3600))),
+        text=maybe(rng.choice(["hello", "%_", "5_%", "straße", "strasse", "ärger", "Ü", "", "1"])),
+        after_seq=maybe(rng.randrange(0, 200)),
+        limit=limit,
+        last=last,
+    )
+
+
+async def test_filters_in_sql_answer_as_the_reference(store: SQLiteStore) -> None:
+    rng = random.Random(20240506)
+    session = await store.create_session(ADA)
+    writes = varied_log_writes(rng)
+    await store.append_events(session.id, writes[:100], 0)
+    log = await store.read(session.id)
+    kept = [event.id for event in rng.sample(log, 12)]
+    await store.append_events(
+        session.id,
+        [
+            EventWrite(COMPACTION, {"kept_event_ids": kept}, synthetic=True),
+            MessageWrite(Role.ASSISTANT, "summary one", synthetic=True),
+            MessageWrite(Role.ASSISTANT, "summary two", synthetic=True),
+        ],
+        1,
+    )
+    for write in writes[100:]:
+        await store.append_event(session.id, write)
+    log = await store.read(session.id)
+    assert len(log) == 163
+    base = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+    for _ in range(400):
+        event_filter = random_filter(rng, base)
+        validated = event_filter.validated()
+        events = active_view(log) if validated.active_view else log
+        assert await store.read(session.id, event_filter) == apply_filter(events, validated), (
+            event_filter
+        )
