@@ -706,16 +706,34 @@ async def test_filters_in_sql_answer_as_the_reference(store: SQLiteStore) -> Non
     await store.append_events(
         session.id,
         [
-            EventWrite(COMPACTION, {"kept_event_ids": kept}, synthetic=True),
+            # A boundary may name an event twice; the view holds it once.
+            EventWrite(COMPACTION, {"kept_event_ids": kept + kept[:3]}, synthetic=True),
             MessageWrite(Role.ASSISTANT, "summary one", synthetic=True),
             MessageWrite(Role.ASSISTANT, "summary two", synthetic=True),
         ],
         1,
     )
-    for write in writes[100:]:
+    for write in writes[100:130]:
         await store.append_event(session.id, write)
     log = await store.read(session.id)
-    assert len(log) == 163
+    named = {
+        "kept_event_ids": [event.id for event in rng.sample(log, 20)],
+        "summary_event_ids": ["summary-a", "summary-b"],
+    }
+    await store.append_events(
+        session.id,
+        [
+            EventWrite(COMPACTION, named, synthetic=True),
+            MessageWrite(Role.USER, "not a summary", created_at=writes[0].created_at),
+            MessageWrite(Role.ASSISTANT, "named", id="summary-a", synthetic=True),
+            MessageWrite(Role.SYSTEM, "named too", id="summary-b", synthetic=True),
+        ],
+        await store.version(session.id),
+    )
+    for write in writes[130:]:
+        await store.append_event(session.id, write)
+    log = await store.read(session.id)
+    assert len(log) == 167
     base = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
     for _ in range(400):
         event_filter = random_filter(rng, base)

@@ -345,6 +345,7 @@ def _read_active_view(
     kept_ids, summaries = compaction_parts(boundary, after)
     kept: list[Event] = []
     if kept_ids:
-        rows = connection.execute(sql.KEPT_EVENTS, (_json_list(kept_ids), session_id, boundary.seq))
+        unique_ids = _json_list(dict.fromkeys(kept_ids))  # each once, however often named
+        rows = connection.execute(sql.KEPT_EVENTS, (unique_ids, session_id, boundary.seq))
         kept = [event_from_row(row) for row in rows]
     return apply_filter(compose_view(kept, summaries, after), event_filter)

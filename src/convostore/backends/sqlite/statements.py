@@ -9,7 +9,7 @@ and each is prepared once per connection. No value is ever formatted into SQL.
 from __future__ import annotations
 
 import functools
-from typing import Final
+from typing import Final, Literal
 
 from convostore.backends.sqlite.connection import CONTAINS_FUNCTION
 from convostore.model import SessionOrder
@@ -220,8 +220,9 @@ EVENT_CONDITIONS: Final = (
 _EVENTS_FROM = f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = :session_id"
 # Written out as in the partial index events_turn_starts, so the planner can use it.
 _IS_TURN_START = " AND type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND synthetic = 0"
+EventShape = Literal["forward", "newest", "turn_start", "between"]
 # shape -> (what precedes the conditions, what follows them)
-_EVENT_SHAPES = {
+_EVENT_SHAPES: dict[EventShape, tuple[str, str]] = {
     # The first matches in log order (LIMIT -1: no limit).
     "forward": (_EVENTS_FROM, " ORDER BY seq LIMIT :limit"),
     # The newest matches, newest first.
@@ -234,11 +235,11 @@ _EVENT_SHAPES = {
     # The matches from one position up to another.
     "between": (_EVENTS_FROM + " AND seq >= :from_seq AND seq < :before", " ORDER BY seq"),
 }
-EVENT_SHAPES: Final = tuple(_EVENT_SHAPES)
+EVENT_SHAPES: Final = tuple(_EVENT_SHAPES)  # Every shape, for tests and tools.
 
 
 @functools.cache
-def events_sql(shape: str, conditions: tuple[bool, ...]) -> str:
+def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
     """The read of one shape with the conditions flagged in ``conditions`` (one flag per
     `EVENT_CONDITIONS` entry). Parameters: session_id, the conditions' names (lineage for
     branch), and limit, last, before, from_seq as the shape needs."""
