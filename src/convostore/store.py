@@ -9,20 +9,32 @@ transaction. A backend never re-checks what this module checked.
 from __future__ import annotations
 
 import abc
+import logging
 import re
 import secrets
 from array import array
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from convostore import _json
 from convostore._codec import MessageParts, message_parts_json
 from convostore._time import require_aware, to_micros, utc_now
 from convostore.cursors import Keyset, decode_cursor, encode_cursor
-from convostore.embedding import EmbeddingFailed
+from convostore.embedding import (
+    Embedder,
+    EmbeddingFailed,
+    Metric,
+    PendingEmbedding,
+    ReembedReport,
+    RoleFilteringEmbedder,
+    VectorIndexSpec,
+    check_vectors,
+    should_embed,
+    text_tokens,
+)
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -48,6 +60,8 @@ from convostore.model import (
     MessageWrite,
     Page,
     PageRequest,
+    Role,
+    SearchHit,
     Session,
     SessionFilter,
     SessionOrder,
@@ -77,6 +91,12 @@ __all__ = [
 ]
 
 MAX_PAGE_SIZE = 100
+MAX_SEARCH_HITS = 1000
+SearchMode = Literal["vector", "text", "hybrid"]
+# Reciprocal rank fusion: a hit's fused score is the sum of 1 / (RRF_K + rank).
+RRF_K = 60
+
+log = logging.getLogger("convostore")
 _METADATA_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
@@ -184,7 +204,9 @@ class Store(abc.ABC):
 
     capabilities: Capabilities
 
-    def __init__(self, *, indexed_metadata: Iterable[str] = ()) -> None:
+    def __init__(
+        self, *, indexed_metadata: Iterable[str] = (), embedder: Embedder | None = None
+    ) -> None:
         keys = tuple(dict.fromkeys(indexed_metadata))
         for key in keys:
             if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key):
@@ -193,6 +215,11 @@ class Store(abc.ABC):
         self._closed = False
         self._before_close: list[Callable[[], Awaitable[None]]] = []
         self._embedding_failure_listeners: list[Callable[[EmbeddingFailed], None]] = []
+        self.embedder: Embedder | None = None if embedder is None else _filtering(embedder)
+        self.vector_index: VectorIndexSpec | None = (
+            None if embedder is None else VectorIndexSpec.of(embedder)
+        )
+        self.vector_index_drift: str | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -232,6 +259,25 @@ class Store(abc.ABC):
         embedder should have given it; returns a function that removes it."""
         self._embedding_failure_listeners.append(listener)
         return lambda: _discard(self._embedding_failure_listeners, listener)
+
+    async def _after_connect(self) -> None:
+        """Ensure the vector index the embedder declares (idempotent). A stored index
+        of another width is reported as drift in ``vector_index_drift``, never dropped;
+        `reembed` rebuilds it."""
+        stored = await self._vector_index_spec()
+        spec = self.vector_index
+        if spec is None:
+            self.vector_index = stored
+            return
+        if stored is not None and stored.dimensions != spec.dimensions:
+            self.vector_index_drift = (
+                f"the vector index holds {stored.dimensions}-wide vectors of "
+                f"{stored.model!r} but the embedder {spec.model!r} gives {spec.dimensions}: "
+                "run reembed() to rebuild it"
+            )
+            log.warning("vector index drift: %s", self.vector_index_drift)
+            return
+        await self._declare_vector_index(spec, replace=stored is not None and stored != spec)
 
     # ---------------------------------------------------------------- users
 
@@ -427,7 +473,10 @@ class Store(abc.ABC):
         `SessionNotFoundError` and creates nothing.
         """
         prepared = self._prepare_append(session_id, [write], expected_version=None)
+        prepared, failures = await self._embed(prepared)
         outcome = await self._append(prepared)
+        if outcome.applied:
+            self._publish(failures)
         return outcome.events[0]
 
     async def append_events(
@@ -450,7 +499,11 @@ class Store(abc.ABC):
         prepared = self._prepare_append(session_id, writes, expected_version=expected_version)
         if not writes:
             return await self._version(prepared.session_id) == expected_version
-        return (await self._append(prepared)).applied
+        prepared, failures = await self._embed(prepared)
+        applied = (await self._append(prepared)).applied
+        if applied:
+            self._publish(failures)
+        return applied
 
     async def version(self, session_id: str) -> int:
         """The log's version: 0 for an unknown or empty session; +1 for every append
@@ -480,6 +533,164 @@ class Store(abc.ABC):
             text,
             new_stamp(),
         )
+
+    # ---------------------------------------------------------------- search
+
+    async def search(
+        self,
+        query: str | None = None,
+        *,
+        vector: Sequence[float] | None = None,
+        mode: SearchMode | None = None,
+        owner_id: str | None = None,
+        session_id: str | None = None,
+        k: int = 10,
+        roles: Sequence[Role | str] | None = None,
+    ) -> list[SearchHit]:
+        """Messages that match, best first, at most ``k`` (1..1000).
+
+        ``"vector"`` embeds ``query`` with the store's embedder (or takes ``vector``) and
+        ranks the messages that carry a vector of the index's model by similarity;
+        ``"text"`` finds messages holding every word of ``query`` (case and accents
+        ignored); ``"hybrid"`` fuses both ranks. The default is ``"vector"`` when an
+        embedder or a vector is at hand, else ``"text"``. ``owner_id`` keeps to that
+        owner's sessions, so no other owner's message can appear; ``session_id`` and
+        ``roles`` narrow further. A vector of the wrong width is a `ValueError`.
+        """
+        if mode is None:
+            mode = "vector" if vector is not None or (self.embedder and query) else "text"
+        if mode not in ("vector", "text", "hybrid"):
+            raise InvalidArgumentError(f"unknown search mode {mode!r}")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_HITS:
+            raise InvalidArgumentError(f"k must be between 1 and {MAX_SEARCH_HITS}")
+        scope = _SearchScope(
+            owner_id=None if owner_id is None else _check_id(owner_id, "owner_id"),
+            session_id=None if session_id is None else _check_id(session_id, "session_id"),
+            roles=None if roles is None else tuple(parse_role(r) for r in roles),
+        )
+        if mode == "text":
+            return await self._search_text(query, k, scope)
+        query_vector = await self._query_vector(query, vector)
+        if mode == "vector":
+            return await self._search_vector(query_vector, k, scope)
+        depth = max(k * 4, 40)
+        by_vector = await self._search_vector(query_vector, depth, scope)
+        by_text = await self._search_text(query, depth, scope)
+        return _fuse([by_vector, by_text], k)
+
+    async def _search_text(self, query: str | None, k: int, scope: _SearchScope) -> list[SearchHit]:
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgumentError("text search needs a non-blank query")
+        terms = tuple(dict.fromkeys(text_tokens(query)))
+        if not terms:
+            return []
+        return await self._text_search(terms, k, scope.owner_id, scope.session_id, scope.roles)
+
+    async def _search_vector(
+        self, vector: tuple[float, ...], k: int, scope: _SearchScope
+    ) -> list[SearchHit]:
+        spec = self.vector_index
+        return await self._vector_search(
+            vector,
+            spec.metric if spec else "cosine",
+            spec.model if spec else None,
+            k,
+            scope.owner_id,
+            scope.session_id,
+            scope.roles,
+        )
+
+    async def _query_vector(
+        self, query: str | None, vector: Sequence[float] | None
+    ) -> tuple[float, ...]:
+        width = None if self.vector_index is None else self.vector_index.dimensions
+        if vector is not None:
+            checked = _check_vector(vector)
+            if width is not None and len(checked) != width:
+                raise InvalidArgumentError(
+                    f"the query vector has width {len(checked)}, the vector index {width}"
+                )
+            return checked
+        if self.embedder is None:
+            raise InvalidArgumentError("vector search needs a vector, or a store with an embedder")
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidArgumentError("vector search needs a non-blank query or a vector")
+        embedded = await self.embedder.embed([query])
+        return check_vectors(embedded, 1, self.embedder.dimensions)[0]
+
+    async def reembed(self, embedder: Embedder | None = None) -> ReembedReport:
+        """Embed every message that has no vector or another model's, with ``embedder``
+        (default: the store's, which it replaces), in pages. A failing batch is split
+        down to single messages; a wrong number of vectors is a failed call; after a
+        bounded run of failed calls the service is taken for dead. The vector index is
+        always restored. Raises `ReembedIncompleteError` naming the messages that
+        failed and how many were never tried; a rerun touches only what is pending."""
+        from convostore.embedding import reembed
+
+        chosen = self.embedder if embedder is None else _filtering(embedder)
+        if chosen is None:
+            raise InvalidArgumentError("reembed needs an embedder (the store has none)")
+        # New messages are embedded with the new model from now on, so the run leaves
+        # nothing pending behind it.
+        self.embedder = chosen
+        self.vector_index = VectorIndexSpec.of(chosen)
+        self.vector_index_drift = None
+        return await reembed(self, chosen)
+
+    async def _begin_reembed(self, spec: VectorIndexSpec) -> bool:
+        """Point the vector index at ``spec``; True when that recreated it."""
+        if await self._vector_index_spec() == spec:
+            return False
+        await self._declare_vector_index(spec, replace=True)
+        return True
+
+    async def _end_reembed(self, spec: VectorIndexSpec) -> None:
+        await self._declare_vector_index(spec, replace=False)
+
+    async def _embed(
+        self, prepared: PreparedAppend
+    ) -> tuple[PreparedAppend, list[EmbeddingFailed]]:
+        """Give each message that wants one a vector, in one embed call. A failed call
+        leaves them without vectors, to be stored all the same and reported."""
+        embedder = self.embedder
+        if embedder is None:
+            return prepared, []
+        wanted = [
+            index
+            for index, item in enumerate(prepared.events)
+            if isinstance(item.event, Message)
+            and item.event.embedding is None
+            and should_embed(embedder, item.event.role, item.event.content)
+        ]
+        if not wanted:
+            return prepared, []
+        messages = [_as_message(prepared.events[index].event) for index in wanted]
+        try:
+            vectors = check_vectors(
+                await embedder.embed([m.content for m in messages]),
+                len(messages),
+                embedder.dimensions,
+            )
+        except Exception as error:
+            log.warning("could not embed %d message(s): %s", len(messages), error)
+            return prepared, [
+                EmbeddingFailed(prepared.session_id, m.id, m.role, error) for m in messages
+            ]
+        events = list(prepared.events)
+        for index, message, vector in zip(wanted, messages, vectors, strict=True):
+            embedded = replace(
+                message, embedding=_check_vector(vector), embedding_model=embedder.name
+            )
+            events[index] = replace(events[index], event=embedded)
+        return replace(prepared, events=tuple(events)), []
+
+    def _publish(self, failures: list[EmbeddingFailed]) -> None:
+        for failure in failures:
+            for listener in list(self._embedding_failure_listeners):
+                try:
+                    listener(failure)
+                except Exception:
+                    log.exception("an embedding-failure listener raised")
 
     async def compact(
         self,
@@ -790,6 +1001,56 @@ class Store(abc.ABC):
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool: ...
 
+    @abc.abstractmethod
+    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+        """The vector index recorded in the database, or None."""
+
+    @abc.abstractmethod
+    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        """Record ``spec`` (and build a native index for it) if none is recorded; with
+        ``replace``, drop what is recorded first. Stored vectors are never dropped."""
+
+    @abc.abstractmethod
+    async def _pending_embeddings(
+        self, model: str, roles: Sequence[Role], after: str | None, limit: int
+    ) -> list[PendingEmbedding]:
+        """Up to ``limit`` messages of ``roles`` with non-blank content and no vector of
+        ``model``, by message id ascending, ids greater than ``after``."""
+
+    @abc.abstractmethod
+    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int: ...
+
+    @abc.abstractmethod
+    async def _set_embeddings(
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+    ) -> None:
+        """Store each message's vector and model in one transaction, changing its stamp."""
+
+    @abc.abstractmethod
+    async def _vector_search(
+        self,
+        vector: tuple[float, ...],
+        metric: Metric,
+        model: str | None,
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        """The ``k`` messages nearest ``vector`` among those with a vector of ``model``
+        (any model when None) and the same width, best first (scores as `top_k`)."""
+
+    @abc.abstractmethod
+    async def _text_search(
+        self,
+        terms: tuple[str, ...],
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        """Messages whose content holds every term (`text_tokens` of it), best first."""
+
 
 # --------------------------------------------------------------------------------------
 # Checks shared by the public methods.
@@ -975,3 +1236,37 @@ def _check_compaction_payload(payload: Any) -> None:
         not isinstance(summaries, list) or not all(isinstance(i, str) for i in summaries)
     ):
         raise InvalidArgumentError("summary_event_ids must be a list of event ids")
+
+
+@dataclass(frozen=True, slots=True)
+class _SearchScope:
+    owner_id: str | None
+    session_id: str | None
+    roles: tuple[Role, ...] | None
+
+
+def _as_message(event: Event) -> Message:
+    assert isinstance(event, Message)
+    return event
+
+
+def _filtering(embedder: Embedder) -> Embedder:
+    """The embedder as the store uses it: with a message filter (the default one
+    unless the embedder brings its own ``should_embed``)."""
+    if not isinstance(embedder, Embedder):
+        raise InvalidArgumentError("an embedder needs name, dimensions and async embed(texts)")
+    if callable(getattr(embedder, "should_embed", None)):
+        return embedder
+    return RoleFilteringEmbedder(embedder)
+
+
+def _fuse(rankings: Sequence[list[SearchHit]], k: int) -> list[SearchHit]:
+    """Reciprocal rank fusion of several rankings of messages."""
+    scores: dict[str, float] = {}
+    messages: dict[str, Message] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            scores[hit.message.id] = scores.get(hit.message.id, 0.0) + 1.0 / (RRF_K + rank)
+            messages.setdefault(hit.message.id, hit.message)
+    best = sorted(scores, key=lambda message_id: -scores[message_id])[:k]
+    return [SearchHit(messages[message_id], scores[message_id]) for message_id in best]

@@ -33,7 +33,9 @@ async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: An
     if scheme == "memory":
         from convostore.backends.memory import MemoryStore
 
-        return MemoryStore(indexed_metadata=indexed_metadata, **options)
+        memory = MemoryStore(indexed_metadata=indexed_metadata, **options)
+        await memory._after_connect()
+        return memory
     if scheme == "sqlite":
         from convostore.backends.sqlite import SQLiteStore
 

@@ -6,14 +6,18 @@ one lock without awaiting, so it is atomic for every task and thread using the s
 
 from __future__ import annotations
 
+import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from convostore._json import index_value
 from convostore._time import to_micros
+from convostore._vectors import as_matrix, top_k
 from convostore.cursors import Keyset
+from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec, text_tokens
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -26,6 +30,8 @@ from convostore.filters import EventFilter, active_view, apply_filter
 from convostore.model import (
     Event,
     Message,
+    Role,
+    SearchHit,
     Session,
     SessionFilter,
     SessionOrder,
@@ -39,6 +45,7 @@ from convostore.store import (
     PreparedAppend,
     SessionChanges,
     Store,
+    new_stamp,
 )
 
 __all__ = ["MemoryStore"]
@@ -61,9 +68,11 @@ class MemoryStore(Store):
 
     def __init__(self, **options: Any) -> None:
         indexed = options.pop("indexed_metadata", ())
+        embedder = options.pop("embedder", None)
         if options:
             raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
-        super().__init__(indexed_metadata=indexed)
+        super().__init__(indexed_metadata=indexed, embedder=embedder)
+        self._vector_spec: VectorIndexSpec | None = None
         self._lock = threading.RLock()
         self._users: dict[str, User] = {}
         self._sessions: dict[str, _SessionRecord] = {}
@@ -353,6 +362,118 @@ class MemoryStore(Store):
         if record is None:
             raise SessionNotFoundError(f"no session {session_id!r}")
         return record
+
+    # ---------------------------------------------------------------- vectors and text
+
+    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+        return self._vector_spec
+
+    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        with self._lock:
+            if replace or self._vector_spec is None:
+                self._vector_spec = spec
+
+    def _messages(self) -> list[Message]:
+        return [
+            event
+            for record in self._sessions.values()
+            for event in record.log
+            if isinstance(event, Message)
+        ]
+
+    def _pending(self, model: str, roles: Sequence[Role]) -> list[Message]:
+        return sorted(
+            (
+                m
+                for m in self._messages()
+                if m.role in roles and m.content.strip() and m.embedding_model != model
+            ),
+            key=lambda m: m.id,
+        )
+
+    async def _pending_embeddings(
+        self, model: str, roles: Sequence[Role], after: str | None, limit: int
+    ) -> list[PendingEmbedding]:
+        with self._lock:
+            pending = [m for m in self._pending(model, roles) if after is None or m.id > after]
+            return [
+                PendingEmbedding(m.id, m.session_id, m.role, m.content) for m in pending[:limit]
+            ]
+
+    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+        with self._lock:
+            return len(self._pending(model, roles))
+
+    async def _set_embeddings(
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+    ) -> None:
+        with self._lock:
+            wanted = dict(vectors)
+            for record in self._sessions.values():
+                for index, event in enumerate(record.log):
+                    if isinstance(event, Message) and event.id in wanted:
+                        record.log[index] = replace(
+                            event,
+                            embedding=wanted[event.id],
+                            embedding_model=model,
+                            stamp=new_stamp(),
+                        )
+
+    def _searchable(
+        self, owner_id: str | None, session_id: str | None, roles: tuple[Role, ...] | None
+    ) -> list[Message]:
+        return [
+            event
+            for record in self._sessions.values()
+            if (owner_id is None or record.session.owner_id == owner_id)
+            and (session_id is None or record.session.id == session_id)
+            for event in record.log
+            if isinstance(event, Message) and (roles is None or event.role in roles)
+        ]
+
+    async def _vector_search(
+        self,
+        vector: tuple[float, ...],
+        metric: Metric,
+        model: str | None,
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        with self._lock:
+            candidates = [
+                m
+                for m in self._searchable(owner_id, session_id, roles)
+                if m.embedding is not None
+                and len(m.embedding) == len(vector)
+                and (model is None or m.embedding_model == model)
+            ]
+        matrix = as_matrix([m.embedding or () for m in candidates], len(vector))
+        return [
+            SearchHit(candidates[row], score) for row, score in top_k(vector, matrix, metric, k)
+        ]
+
+    async def _text_search(
+        self,
+        terms: tuple[str, ...],
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        with self._lock:
+            candidates = self._searchable(owner_id, session_id, roles)
+        hits: list[SearchHit] = []
+        for message in candidates:
+            tokens = text_tokens(message.content)
+            if not tokens or not all(term in tokens for term in terms):
+                continue
+            # Term frequency damped by length: shorter, denser matches rank higher.
+            frequency = sum(tokens.count(term) for term in terms)
+            hits.append(SearchHit(message, frequency / math.sqrt(len(tokens))))
+        hits.sort(key=lambda hit: (-hit.score, hit.message.id))
+        return hits[:k]
 
 
 def _listed(session: Session, owner_id: str, filter: SessionFilter) -> bool:

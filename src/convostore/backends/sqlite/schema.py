@@ -137,6 +137,37 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
                 AND is_part = (OLD.part_of IS NOT NULL);
         END""",
     ),
+    (
+        # Text search: an FTS5 index of message content, kept by triggers. Content is
+        # never updated in place, so an insert and a delete trigger keep it exact.
+        """CREATE VIRTUAL TABLE events_fts USING fts5 (
+            content, content = 'events', content_rowid = 'rowid',
+            tokenize = 'unicode61 remove_diacritics 2'
+        )""",
+        """CREATE TRIGGER events_fts_insert AFTER INSERT ON events
+            WHEN NEW.type = 'MESSAGE'
+        BEGIN
+            INSERT INTO events_fts (rowid, content) VALUES (NEW.rowid, NEW.content);
+        END""",
+        """CREATE TRIGGER events_fts_delete AFTER DELETE ON events
+            WHEN OLD.type = 'MESSAGE'
+        BEGIN
+            INSERT INTO events_fts (events_fts, rowid, content)
+                VALUES ('delete', OLD.rowid, OLD.content);
+        END""",
+        """INSERT INTO events_fts (rowid, content)
+            SELECT rowid, content FROM events WHERE type = 'MESSAGE'""",
+        # The vector index declared from the store's embedder: one row.
+        """CREATE TABLE vector_index (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            dimensions INTEGER NOT NULL,
+            metric TEXT NOT NULL,
+            model TEXT NOT NULL
+        )""",
+        # Vector search reads the vectors of one model.
+        """CREATE INDEX events_by_model ON events (embedding_model)
+            WHERE type = 'MESSAGE' AND embedding IS NOT NULL""",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Final, TypeVar, TypeVarTuple
 
@@ -30,12 +30,31 @@ from convostore.backends.sqlite.operations import (
 )
 from convostore.backends.sqlite.rows import session_from_row, summary_from_row, user_from_row
 from convostore.backends.sqlite.schema import prepare_database
+from convostore.backends.sqlite.search import (
+    read_count_pending,
+    read_pending,
+    read_text_search,
+    read_vector_index,
+    read_vector_search,
+    write_embeddings,
+    write_vector_index,
+)
 from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
 from convostore.backends.sqlite.worker import ConnectionWorker
 from convostore.cursors import Keyset
+from convostore.embedding import Embedder, Metric, PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
-from convostore.model import Event, Session, SessionFilter, SessionOrder, SessionSummary, User
+from convostore.model import (
+    Event,
+    Role,
+    SearchHit,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    User,
+)
 from convostore.store import (
     AppendOutcome,
     Capabilities,
@@ -61,8 +80,14 @@ class SQLiteStore(Store):
     with `open`, which migrates the schema.
     """
 
-    def __init__(self, target: SQLiteTarget, *, indexed_metadata: Iterable[str] = ()) -> None:
-        super().__init__(indexed_metadata=indexed_metadata)
+    def __init__(
+        self,
+        target: SQLiteTarget,
+        *,
+        indexed_metadata: Iterable[str] = (),
+        embedder: Embedder | None = None,
+    ) -> None:
+        super().__init__(indexed_metadata=indexed_metadata, embedder=embedder)
         self.target = target
         self.capabilities = Capabilities(
             persistent=not target.in_memory,
@@ -90,7 +115,12 @@ class SQLiteStore(Store):
 
     @classmethod
     async def open(
-        cls, url: str, *, indexed_metadata: Iterable[str] = (), **options: Any
+        cls,
+        url: str,
+        *,
+        indexed_metadata: Iterable[str] = (),
+        embedder: Embedder | None = None,
+        **options: Any,
     ) -> SQLiteStore:
         """Open the database ``url`` names (see `parse_sqlite_url`), creating it if need
         be, and migrate it to this version's schema and ``indexed_metadata``."""
@@ -99,12 +129,13 @@ class SQLiteStore(Store):
         target = parse_sqlite_url(url)
         if not target.in_memory:
             _require_directory(target.path)
-        store = cls(target, indexed_metadata=indexed_metadata)
+        store = cls(target, indexed_metadata=indexed_metadata, embedder=embedder)
         await store._writer.start()
         try:
             await store._writer.run(prepare_database, target, store.indexed_metadata)
             if store._readers is not store._writer:
                 await store._readers.start()
+            await store._after_connect()
         except BaseException:
             await store._writer.stop()
             raise
@@ -218,6 +249,55 @@ class SQLiteStore(Store):
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         return await self._write(write_set_narration, session_id, message_id, text, stamp)
+
+    # ---------------------------------------------------------------- vectors and text
+
+    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+        return await self._readers.run(read_vector_index)
+
+    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        await self._write(write_vector_index, spec, replace)
+
+    async def _pending_embeddings(
+        self, model: str, roles: Sequence[Role], after: str | None, limit: int
+    ) -> list[PendingEmbedding]:
+        return await self._readers.run(read_pending, model, roles, after, limit)
+
+    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+        return await self._readers.run(read_count_pending, model, roles)
+
+    async def _set_embeddings(
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+    ) -> None:
+        await self._write(write_embeddings, model, vectors)
+
+    async def _vector_search(
+        self,
+        vector: tuple[float, ...],
+        metric: Metric,
+        model: str | None,
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        return await self._readers.run(
+            in_read_snapshot,
+            read_vector_search,
+            (vector, metric, model, k, owner_id, session_id, roles),
+        )
+
+    async def _text_search(
+        self,
+        terms: tuple[str, ...],
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        return await self._readers.run(
+            in_read_snapshot, read_text_search, (terms, k, owner_id, session_id, roles)
+        )
 
 
 def _require_directory(path: str) -> None:

@@ -1,0 +1,190 @@
+"""Vector and text search, the vector index record, and re-embedding on SQLite.
+
+Text search runs on an FTS5 index of message content (schema version 2). Vector search
+is an exact scan: the candidate vectors are read as float32 blobs and ranked with one
+matrix product (`convostore._vectors.top_k`); only the k best rows are then read whole.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, Final
+
+from convostore._vectors import from_blobs, top_k
+from convostore.backends.sqlite import statements as sql
+from convostore.backends.sqlite.rows import event_from_row, vector_blob
+from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.model import Message, Role, SearchHit
+from convostore.store import new_stamp
+
+__all__ = [
+    "read_count_pending",
+    "read_pending",
+    "read_text_search",
+    "read_vector_index",
+    "read_vector_search",
+    "write_embeddings",
+    "write_vector_index",
+]
+
+Connection = sqlite3.Connection
+
+SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
+INSERT_VECTOR_INDEX: Final = (
+    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, ?, ?, ?)"
+    " ON CONFLICT (id) DO NOTHING"
+)
+REPLACE_VECTOR_INDEX: Final = (
+    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, ?, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET"
+    " dimensions = excluded.dimensions, metric = excluded.metric, model = excluded.model"
+)
+
+# Messages with no vector of a model, of some roles, with non-blank content.
+_PENDING_WHERE = (
+    " WHERE type = 'MESSAGE' AND (embedding_model IS NULL OR embedding_model <> :model)"
+    " AND role IN (SELECT value FROM json_each(:roles)) AND trim(content) <> ''"
+)
+# Keyset by id: every page starts where the last ended, so a whole run reads each row
+# once even though embedded rows leave the pending set behind it.
+PENDING_PAGE: Final = (
+    "SELECT id, session_id, role, content FROM events"
+    + _PENDING_WHERE
+    + " AND id > :after ORDER BY id LIMIT :limit"
+)
+COUNT_PENDING: Final = "SELECT count(*) FROM events" + _PENDING_WHERE
+SET_EMBEDDING: Final = (
+    "UPDATE events SET embedding = ?, embedding_model = ?, stamp = ? "
+    "WHERE id = ? AND type = 'MESSAGE'"
+)
+
+# Search scopes: whether an owner, a session and roles narrow the search. Each is a
+# fixed fragment, so the statements stay a small bounded set.
+_SCOPE = (
+    " AND s.owner_id = :owner_id",
+    " AND e.session_id = :session_id",
+    " AND e.role IN (SELECT value FROM json_each(:roles))",
+)
+_VECTOR_CANDIDATES = (
+    "SELECT e.rowid, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
+    " WHERE e.type = 'MESSAGE' AND e.embedding IS NOT NULL"
+    " AND length(e.embedding) = :width"
+)
+_BY_MODEL = " AND e.embedding_model = :model"
+_TEXT_MATCHES = (
+    "SELECT e.rowid, -bm25(events_fts) AS score FROM events_fts"
+    " JOIN events e ON e.rowid = events_fts.rowid JOIN sessions s ON s.id = e.session_id"
+    " WHERE events_fts MATCH :query"
+)
+_EVENTS_BY_ROWID = (
+    f"SELECT e.rowid, {sql.EVENT_COLUMNS} FROM events e"
+    " WHERE e.rowid IN (SELECT value FROM json_each(:rowids))"
+)
+
+
+def _scoped(base: str, owner_id: str | None, session_id: str | None, roles: Any) -> str:
+    chosen = (owner_id is not None, session_id is not None, roles is not None)
+    return base + "".join(fragment for fragment, on in zip(_SCOPE, chosen, strict=True) if on)
+
+
+def _roles_json(roles: Sequence[Role] | None) -> str | None:
+    return None if roles is None else json.dumps([role.value for role in roles])
+
+
+def read_vector_index(connection: Connection) -> VectorIndexSpec | None:
+    row = connection.execute(SELECT_VECTOR_INDEX).fetchone()
+    return None if row is None else VectorIndexSpec(row[0], row[1], row[2])
+
+
+def write_vector_index(connection: Connection, spec: VectorIndexSpec, replace: bool) -> None:
+    # The exact scan needs no index structure: the record is the index's declaration.
+    statement = REPLACE_VECTOR_INDEX if replace else INSERT_VECTOR_INDEX
+    connection.execute(statement, (spec.dimensions, spec.metric, spec.model))
+
+
+def read_pending(
+    connection: Connection, model: str, roles: Sequence[Role], after: str | None, limit: int
+) -> list[PendingEmbedding]:
+    rows = connection.execute(
+        PENDING_PAGE,
+        {"model": model, "roles": _roles_json(roles), "after": after or "", "limit": limit},
+    ).fetchall()
+    return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
+
+
+def read_count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
+    row = connection.execute(COUNT_PENDING, {"model": model, "roles": _roles_json(roles)})
+    return int(row.fetchone()[0])
+
+
+def write_embeddings(
+    connection: Connection, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+) -> None:
+    connection.executemany(
+        SET_EMBEDDING,
+        [(vector_blob(vector), model, new_stamp(), message_id) for message_id, vector in vectors],
+    )
+
+
+def read_vector_search(
+    connection: Connection,
+    vector: tuple[float, ...],
+    metric: Metric,
+    model: str | None,
+    k: int,
+    owner_id: str | None,
+    session_id: str | None,
+    roles: tuple[Role, ...] | None,
+) -> list[SearchHit]:
+    base = _VECTOR_CANDIDATES + ("" if model is None else _BY_MODEL)
+    statement = _scoped(base, owner_id, session_id, roles)
+    parameters = {
+        "width": 4 * len(vector),
+        "model": model,
+        "owner_id": owner_id,
+        "session_id": session_id,
+        "roles": _roles_json(roles),
+    }
+    rows = connection.execute(statement, parameters).fetchall()
+    matrix = from_blobs([row[1] for row in rows], len(vector))
+    best = top_k(vector, matrix, metric, k)
+    return _hits(connection, [(rows[index][0], score) for index, score in best])
+
+
+def read_text_search(
+    connection: Connection,
+    terms: tuple[str, ...],
+    k: int,
+    owner_id: str | None,
+    session_id: str | None,
+    roles: tuple[Role, ...] | None,
+) -> list[SearchHit]:
+    statement = _scoped(_TEXT_MATCHES, owner_id, session_id, roles) + (
+        " ORDER BY score DESC, e.id LIMIT :k"
+    )
+    parameters = {
+        # Each term quoted: what the user typed is never read as FTS5 query syntax.
+        "query": " ".join(f'"{term}"' for term in terms),
+        "owner_id": owner_id,
+        "session_id": session_id,
+        "roles": _roles_json(roles),
+        "k": k,
+    }
+    rows = connection.execute(statement, parameters).fetchall()
+    return _hits(connection, [(row[0], float(row[1])) for row in rows])
+
+
+def _hits(connection: Connection, ranked: list[tuple[int, float]]) -> list[SearchHit]:
+    """The ranked rows read whole, in rank order."""
+    if not ranked:
+        return []
+    rowids = json.dumps([rowid for rowid, _ in ranked])
+    rows = connection.execute(_EVENTS_BY_ROWID, {"rowids": rowids}).fetchall()
+    messages = {row[0]: event_from_row(row[1:]) for row in rows}
+    return [
+        SearchHit(message, score)
+        for rowid, score in ranked
+        if isinstance(message := messages.get(rowid), Message)
+    ]
