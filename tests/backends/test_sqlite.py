@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
+import os
 import random
 import sqlite3
 import threading
+from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -36,8 +39,11 @@ from convostore import (
 )
 from convostore._json import index_value
 from convostore.backends.sqlite import SCHEMA_VERSION, SQLiteStore, SQLiteTarget, parse_sqlite_url
+from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite import store as sqlite_store_module
 from convostore.backends.sqlite.connection import open_connection
+from convostore.backends.sqlite.schema import prepare_database
+from convostore.backends.sqlite.store import READER_THREADS
 from convostore.backends.sqlite.worker import ConnectionWorker
 from convostore.filters import active_view, apply_filter
 
@@ -63,6 +69,11 @@ async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
 
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def set_modes(path: Path, *, file_mode: int, directory_mode: int) -> None:
+    path.chmod(file_mode)
+    path.parent.chmod(directory_mode)
 
 
 def raw_rows(path: Path, statement: str, *parameters: Any) -> list[Any]:
@@ -386,7 +397,7 @@ async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) ->
 async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
     store = await SQLiteStore.open(db_url(db_path))
     names = {t.name for t in threading.enumerate() if t.name.startswith("convostore-sqlite")}
-    assert len(names) == 3  # one writer, two readers
+    assert len(names) == 1 + READER_THREADS
     await store.close()
     await store.close()
     assert not any(t.name in names for t in threading.enumerate())
@@ -405,6 +416,21 @@ async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> N
     with pytest.raises(BackendUnavailableError) as raised:
         await convostore.connect(db_url(path))
     assert isinstance(raised.value.__cause__, sqlite3.DatabaseError)
+
+
+@pytest.mark.skipif(
+    hasattr(os, "geteuid") and os.geteuid() == 0, reason="file modes do not bind root"
+)
+async def test_a_read_only_database_is_unavailable(db_path: Path) -> None:
+    store = await SQLiteStore.open(db_url(db_path))
+    await store.close()
+    set_modes(db_path, file_mode=0o444, directory_mode=0o555)
+    try:
+        with pytest.raises(BackendUnavailableError) as raised:
+            await SQLiteStore.open(db_url(db_path))
+        assert isinstance(raised.value.__cause__, sqlite3.Error)
+    finally:
+        set_modes(db_path, file_mode=0o644, directory_mode=0o755)
 
 
 async def test_a_locked_database_is_unavailable_and_nothing_leaks(db_path: Path) -> None:
@@ -645,6 +671,35 @@ async def test_reads_and_writes_use_indexes_on_a_long_log(
         "participants_in_order",
     ):
         assert any(f"INDEX {index} " in step for step in steps), index
+
+
+def test_every_assembled_statement_walks_an_index(db_path: Path) -> None:
+    """Each statement the fragments can make, whatever the filter, reaches its rows by an
+    index of the session (or the owner), never by a walk of the whole table."""
+    target = SQLiteTarget(str(db_path))
+    connection = open_connection(target, reader=False)
+    prepare_database(connection, target, frozenset())
+    unbound: defaultdict[str, None] = defaultdict(lambda: None)
+
+    def plan(statement: str) -> list[str]:
+        return [row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + statement, unbound)]
+
+    try:
+        for shape in get_args(sql.EventShape):
+            for conditions in itertools.product((False, True), repeat=len(sql.EVENT_CONDITIONS)):
+                steps = plan(sql.events_sql(shape, conditions))
+                assert full_scans(steps) == [], (shape, conditions, steps)
+                expected = "events_turn_starts" if shape == "turn_start" else "events_by_seq"
+                assert f"INDEX {expected} (session_id=?" in steps[0], (shape, steps)
+        for options in itertools.product((False, True), SessionOrder, *[(False, True)] * 3):
+            steps = plan(sql.listing_sql(*options))
+            assert full_scans(steps) == [], (options, steps)
+            assert "(owner_id=?" in steps[0]
+        for include_parts, by_kind in itertools.product((False, True), repeat=2):
+            steps = plan(sql.count_sql(include_parts, by_kind))
+            assert steps[0].startswith("SEARCH owner_session_counts USING PRIMARY KEY")
+    finally:
+        connection.close()
 
 
 # ------------------------------------------------------------------ filters in SQL

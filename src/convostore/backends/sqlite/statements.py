@@ -235,7 +235,6 @@ _EVENT_SHAPES: dict[EventShape, tuple[str, str]] = {
     # The matches from one position up to another.
     "between": (_EVENTS_FROM + " AND seq >= :from_seq AND seq < :before", " ORDER BY seq"),
 }
-EVENT_SHAPES: Final = tuple(_EVENT_SHAPES)  # Every shape, for tests and tools.
 
 
 @functools.cache
