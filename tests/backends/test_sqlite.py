@@ -797,3 +797,14 @@ async def test_filters_in_sql_answer_as_the_reference(store: SQLiteStore) -> Non
         assert await store.read(session.id, event_filter) == apply_filter(events, validated), (
             event_filter
         )
+
+
+async def test_blank_means_what_str_strip_says(store: SQLiteStore) -> None:
+    """Messages of whitespace only (tabs, newlines, no-break spaces) wait for no vector,
+    as on every backend; SQL's trim() alone would see only spaces."""
+    session = await store.create_session(ADA)
+    for content in ("\n\t", "\u00a0\u3000", "  ", "", "word"):
+        await store.add_message(session.id, MessageWrite(Role.USER, content))
+    assert await store._count_pending_embeddings("m", (Role.USER,)) == 1
+    pending = await store._pending_embeddings("m", (Role.USER,), None, 10)
+    assert [p.content for p in pending] == ["word"]

@@ -10,6 +10,7 @@ from typing import Final, TypeVar, TypeVarTuple, cast
 from convostore.backends.sqlite.url import SQLiteTarget
 
 __all__ = [
+    "BLANK_FUNCTION",
     "CACHED_STATEMENTS",
     "CONTAINS_FUNCTION",
     "RollbackAndReturn",
@@ -25,6 +26,7 @@ Ts = TypeVarTuple("Ts")
 # fragments), so with this many slots each is prepared once per connection.
 CACHED_STATEMENTS: Final = 512
 CONTAINS_FUNCTION: Final = "convostore_contains"
+BLANK_FUNCTION: Final = "convostore_blank"
 
 BEGIN: Final = "BEGIN"
 BEGIN_IMMEDIATE: Final = "BEGIN IMMEDIATE"
@@ -45,6 +47,12 @@ def contains(content: str | None, needle: str) -> bool:
     return content is not None and needle.lower() in content.lower()
 
 
+def blank(content: str | None) -> bool:
+    """Whether a message has nothing to embed, as `str.strip` sees whitespace (SQL's
+    trim() knows only the space)."""
+    return content is None or not content.strip()
+
+
 def open_connection(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection:
     """A connection set up as every connection of a store is. Transactions are explicit
     (``isolation_level=None``); a reader's connection refuses to write."""
@@ -56,6 +64,7 @@ def open_connection(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection
     )
     try:
         connection.create_function(CONTAINS_FUNCTION, 2, contains, deterministic=True)
+        connection.create_function(BLANK_FUNCTION, 1, blank, deterministic=True)
         connection.execute(FOREIGN_KEYS_ON)
         connection.execute(SYNCHRONOUS[target.synchronous])
         if reader:

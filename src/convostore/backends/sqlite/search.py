@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from convostore._vectors import from_blobs, top_k
 from convostore.backends.sqlite import statements as sql
+from convostore.backends.sqlite.connection import BLANK_FUNCTION
 from convostore.backends.sqlite.rows import event_from_row, vector_blob
 from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
@@ -45,7 +46,8 @@ REPLACE_VECTOR_INDEX: Final = (
 # Messages with no vector of a model, of some roles, with non-blank content.
 _PENDING_WHERE = (
     " WHERE type = 'MESSAGE' AND (embedding_model IS NULL OR embedding_model <> :model)"
-    " AND role IN (SELECT value FROM json_each(:roles)) AND trim(content) <> ''"
+    " AND role IN (SELECT value FROM json_each(:roles))"
+    f" AND NOT {BLANK_FUNCTION}(content)"
 )
 # Keyset by id: every page starts where the last ended, so a whole run reads each row
 # once even though embedded rows leave the pending set behind it.
