@@ -808,3 +808,16 @@ async def test_blank_means_what_str_strip_says(store: SQLiteStore) -> None:
     assert await store._count_pending_embeddings("m", (Role.USER,)) == 1
     pending = await store._pending_embeddings("m", (Role.USER,), None, 10)
     assert [p.content for p in pending] == ["word"]
+
+
+async def test_a_failed_open_leaves_no_thread_behind(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def failing(store: Store) -> None:
+        raise BackendUnavailableError("the vector index cannot be read")
+
+    monkeypatch.setattr(SQLiteStore, "_after_connect", failing)
+    before = set(threading.enumerate())
+    with pytest.raises(BackendUnavailableError, match="vector index"):
+        await SQLiteStore.open(db_url(db_path))
+    assert set(threading.enumerate()) <= before

@@ -6,6 +6,7 @@ Modules, in the order a call goes through them:
 - `worker`: the threads that own connections, and where sqlite3 errors are translated.
 - `connection`: how connections are set up; the write and read transactions.
 - `operations`: the functions the threads run, one per primitive.
+- `search`: the same for vector and text search and re-embedding.
 - `statements`: every statement, as named constants with bound parameters.
 - `rows`: values to parameters, and rows back to values.
 - `schema`: the versioned migrations applied at connect.

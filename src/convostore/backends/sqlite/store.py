@@ -137,7 +137,7 @@ class SQLiteStore(Store):
                 await store._readers.start()
             await store._after_connect()
         except BaseException:
-            await store._writer.stop()
+            await store._close()  # Stops whichever threads started; the rest is a no-op.
             raise
         return store
 
