@@ -43,7 +43,6 @@ from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite import store as sqlite_store_module
 from convostore.backends.sqlite.connection import open_connection
 from convostore.backends.sqlite.schema import prepare_database
-from convostore.backends.sqlite.store import READER_THREADS
 from convostore.backends.sqlite.worker import ConnectionWorker
 from convostore.filters import active_view, apply_filter
 
@@ -395,12 +394,17 @@ async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) ->
 
 
 async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
+    before = set(threading.enumerate())
     store = await SQLiteStore.open(db_url(db_path))
-    names = {t.name for t in threading.enumerate() if t.name.startswith("convostore-sqlite")}
-    assert len(names) == 1 + READER_THREADS
+    started = set(threading.enumerate()) - before
+    assert sorted(t.name for t in started) == [
+        "convostore-sqlite-reader-1",
+        "convostore-sqlite-reader-2",
+        "convostore-sqlite-writer-1",
+    ]
     await store.close()
     await store.close()
-    assert not any(t.name in names for t in threading.enumerate())
+    assert not any(thread.is_alive() for thread in started)
     with pytest.raises(BackendUnavailableError, match="closed"):
         await store.get_session("x")
     # Closing checkpoints the WAL into the database file.
