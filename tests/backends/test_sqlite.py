@@ -186,6 +186,8 @@ async def test_memory_database_lives_in_one_connection() -> None:
 async def test_a_file_database_is_persistent_and_shared(store: SQLiteStore) -> None:
     assert store.capabilities.persistent is True
     assert store.capabilities.cross_process is True
+    assert store.capabilities.full_text_index is True
+    assert store.capabilities.native_vector_index is False  # vector search is a scan
 
 
 # ------------------------------------------------------------------ schema

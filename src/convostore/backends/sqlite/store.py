@@ -91,6 +91,8 @@ class SQLiteStore(Store):
         self.target = target
         self.capabilities = Capabilities(
             persistent=not target.in_memory,
+            # Text search runs on the FTS5 index of message content (see `search`).
+            full_text_index=True,
             # A :memory: database lives and dies in this store's one connection.
             cross_process=not target.in_memory,
         )
