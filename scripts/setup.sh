@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs convostore with its development tools.
+# Creates .venv (if missing) and installs convostore with its development tools and
+# the real embedding model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
@@ -7,4 +8,9 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[dev]'
+# The CPU build of torch first: asked for by sentence-transformers alone, pip would
+# fetch a CUDA build of several gigabytes.
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/python -m pip install --quiet "torch==2.13.0"
+fi
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings]'
