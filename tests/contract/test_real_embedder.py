@@ -55,4 +55,3 @@ async def test_related_sentences_rank_above_unrelated_ones(
 
     assert {hit.message.content for hit in hits[:2]} == set(RELATED)
     assert hits[1].score > hits[2].score + 0.1
-
