@@ -10,9 +10,19 @@ from convostore.errors import InvalidArgumentError
 
 def dumps(value: Any, name: str) -> str:
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as error:
         raise InvalidArgumentError(f"{name} is not JSON-serialisable: {error}") from error
+    return check_text(text, name)
+
+
+def check_text(text: str, name: str) -> str:
+    """``text`` if every backend can store it: a lone surrogate is not Unicode text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{name} holds a lone surrogate, not Unicode text") from None
+    return text
 
 
 def loads(text: str) -> Any:

@@ -527,6 +527,8 @@ class Store(abc.ABC):
         session."""
         if text is not None and not isinstance(text, str):
             raise InvalidArgumentError("narration must be a string or None")
+        if text is not None:
+            _json.check_text(text, "narration")
         return await self._set_narration(
             _check_id(session_id, "session_id"),
             _check_id(message_id, "message_id"),
@@ -746,6 +748,7 @@ class Store(abc.ABC):
         )
         if not isinstance(kind, str) or not kind.strip():
             raise InvalidArgumentError("kind must be a non-blank string")
+        _json.check_text(kind, "kind")
         metadata_value, metadata_json = self._metadata(metadata)
         now = utc_now()
         session = Session(
@@ -851,6 +854,7 @@ class Store(abc.ABC):
         role = parse_role(write.role)
         if not isinstance(write.content, str):
             raise InvalidArgumentError("message content must be a string")
+        _json.check_text(write.content, "message content")
         author_id = (
             None if write.author is None else _collect_user(write.author, "author", users, required)
         )
@@ -884,7 +888,11 @@ class Store(abc.ABC):
                 None if write.in_reply_to is None else _check_id(write.in_reply_to, "in_reply_to")
             ),
             tool_calls=tool_calls,
-            tool_call_id=write.tool_call_id,
+            tool_call_id=(
+                None
+                if write.tool_call_id is None
+                else _check_id(write.tool_call_id, "tool_call_id")
+            ),
             attachments=attachments,
             data=data,
             assets=assets,
@@ -1079,7 +1087,7 @@ def _page(rows: list[Any], page: PageRequest, session_of: Any) -> Page[Any]:
 def _check_id(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 255:
         raise InvalidArgumentError(f"{name} must be a non-blank string of at most 255 characters")
-    return value
+    return _json.check_text(value, name)
 
 
 def _event_id(value: str | None) -> str:
@@ -1089,7 +1097,7 @@ def _event_id(value: str | None) -> str:
 def _check_title(title: Any) -> str | None:
     if title is not None and not isinstance(title, str):
         raise InvalidArgumentError("title must be a string or None")
-    return title
+    return None if title is None else _json.check_text(title, "title")
 
 
 def _optional_time(value: datetime | None, name: str) -> datetime | None:
@@ -1111,6 +1119,10 @@ def _check_user(user: Any) -> User:
     _check_id(user.id, "user.id")
     if not isinstance(user.display_name, str):
         raise InvalidArgumentError("user.display_name must be a string")
+    for field_name in ("display_name", "username", "email"):
+        value = getattr(user, field_name)
+        if value is not None:
+            _json.check_text(str(value), f"user.{field_name}")
     if user.kind not in ("human", "agent"):
         raise InvalidArgumentError(f"user.kind must be 'human' or 'agent', not {user.kind!r}")
     metadata, _ = _json.normalized(dict(user.metadata), "user.metadata")

@@ -17,6 +17,7 @@ from convostore import (
     InvalidArgumentError,
     MessageWrite,
     PageRequest,
+    Role,
     SessionFilter,
     Store,
     StoreError,
@@ -185,3 +186,22 @@ async def test_update_with_bad_values_writes_nothing(store: Store) -> None:
         with pytest.raises(InvalidArgumentError):
             await store.update_session(changed)
     assert await store.get_session(session.id) == session
+
+
+async def test_text_no_backend_can_store_is_refused_everywhere(store: Store) -> None:
+    """A lone surrogate is not Unicode: every backend refuses it, none stores half."""
+    session = await store.create_session(ALICE)
+    lone = "lone \ud800 surrogate"
+    for write in (
+        MessageWrite(Role.USER, lone),
+        MessageWrite(Role.USER, "ok", metadata={"note": lone}),
+        MessageWrite(Role.TOOL, "ok", tool_call_id=lone),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            await store.add_message(session.id, write)
+    with pytest.raises(InvalidArgumentError):
+        await store.create_session(ALICE, title=lone)
+    with pytest.raises(InvalidArgumentError):
+        await store.put_user(User(lone, "x"))
+    assert await store.version(session.id) == 0
+    assert await store.count_sessions(ALICE.id) == 1
