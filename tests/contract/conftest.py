@@ -11,8 +11,9 @@ Tests decide what to run from ``store.capabilities`` only, never from a backend'
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
@@ -21,6 +22,7 @@ import pytest
 
 import convostore
 from convostore import BackendUnavailableError, Store
+from tests.servers import postgresql as postgresql_servers
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +64,43 @@ def _server_url(variable: str) -> BackendUrl:
     return url
 
 
+@dataclass(frozen=True, slots=True)
+class OnServer:
+    """A backend whose tests share one server for the whole session: ``server`` names the
+    session-scoped fixture that gives it (or `Unavailable`), ``fresh`` the URL of a new,
+    empty database on it for one test."""
+
+    server: str
+    fresh: Callable[[Any], str]
+
+
+@pytest.fixture(scope="session")
+def postgresql_server() -> Iterator[postgresql_servers.TestServer | Unavailable]:
+    """The session's PostgreSQL (see `tests.servers.postgresql.shared_server`)."""
+    try:
+        server = postgresql_servers.shared_server()
+    except postgresql_servers.ServerUnavailable as why:
+        yield Unavailable(str(why))
+        return
+    yield server
+    postgresql_servers.stop_shared_server()
+
+
+_schema_numbers = itertools.count(1)
+
+
+def _fresh_postgresql_schema(server: postgresql_servers.TestServer) -> str:
+    # A schema per test is empty as a new database is, and costs a migration only.
+    url = server.url()
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}schema=contract_{os.getpid()}_{next(_schema_numbers)}"
+
+
 # name -> how to get a fresh database for one test. One line per backend.
-BACKENDS: dict[str, BackendUrl] = {
+BACKENDS: dict[str, BackendUrl | OnServer] = {
     "memory": _memory_url,
     "sqlite": _sqlite_url,
-    # "postgresql": _server_url("CONVOSTORE_TEST_POSTGRESQL_URL"),
+    "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
     # "mysql": _server_url("CONVOSTORE_TEST_MYSQL_URL"),
     # "falkordb": _server_url("CONVOSTORE_TEST_FALKORDB_URL"),
     # "neo4j": _server_url("CONVOSTORE_TEST_NEO4J_URL"),
@@ -104,7 +138,12 @@ class BackendUnderTest:
 @pytest.fixture(params=list(BACKENDS), ids=list(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> BackendUnderTest:
     name: str = request.param
-    url = BACKENDS[name](tmp_path)
+    entry = BACKENDS[name]
+    if isinstance(entry, OnServer):
+        server = request.getfixturevalue(entry.server)
+        url = server if isinstance(server, Unavailable) else entry.fresh(server)
+    else:
+        url = entry(tmp_path)
     if isinstance(url, Unavailable):
         backend_missing(name, url.reason)
     return BackendUnderTest(name, url)

@@ -13,8 +13,6 @@ __all__ = ["DEFAULT_URL", "open_store"]
 DEFAULT_URL = "sqlite:///convostore.db"
 
 _PLANNED = {
-    "postgresql": "PostgreSQL",
-    "postgres": "PostgreSQL",
     "mysql": "MySQL/MariaDB",
     "mariadb": "MySQL/MariaDB",
     "falkordb": "FalkorDB",
@@ -41,6 +39,10 @@ async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: An
 
         store: Store = await SQLiteStore.open(url, indexed_metadata=indexed_metadata, **options)
         return store
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        from convostore.backends.postgresql import PostgreSQLStore
+
+        return await PostgreSQLStore.open(url, indexed_metadata=indexed_metadata, **options)
     if scheme.split("+")[0] in _PLANNED:
         from convostore.errors import BackendUnavailableError
 

@@ -1,0 +1,44 @@
+"""`postgresql://`: PostgreSQL 14 or newer, on psycopg 3's async API and its pool, with
+pgvector's HNSW index for vector search where the extension is installed.
+
+Modules, in the order a call goes through them:
+
+- `store`: `PostgreSQLStore`, whose primitives each run one function on one pooled
+  connection, and where psycopg's errors end.
+- `connection`: how connections are opened and set up; the error translation.
+- `operations`: the functions, one per primitive of the log and sessions.
+- `search`: vector and text search, the vector index and re-embedding.
+- `statements`: every statement, as named constants with bound parameters.
+- `rows`: values to parameters, and rows back to values.
+- `schema`: the versioned migrations applied at connect.
+- `url`: ``postgresql://`` URLs and their options.
+
+The driver is the ``postgresql`` extra; without it, importing this package raises
+`BackendUnavailableError` naming the extra.
+"""
+
+from convostore.errors import BackendUnavailableError
+
+try:
+    import psycopg  # noqa: F401
+    import psycopg_pool  # noqa: F401
+except ImportError as missing:
+    raise BackendUnavailableError(
+        "the PostgreSQL backend needs psycopg 3 and psycopg-pool: "
+        "pip install 'convostore[postgresql]'"
+    ) from missing
+
+from convostore.backends.postgresql.schema import MIGRATIONS, SCHEMA_VERSION
+from convostore.backends.postgresql.store import PostgreSQLStore
+from convostore.backends.postgresql.url import (
+    PostgreSQLTarget,
+    parse_postgresql_url,
+)
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "PostgreSQLStore",
+    "PostgreSQLTarget",
+    "parse_postgresql_url",
+]

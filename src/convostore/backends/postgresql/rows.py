@@ -1,0 +1,248 @@
+"""Values to statement parameters and rows back to values, in the column orders of
+`convostore.backends.postgresql.statements`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from convostore import _json
+from convostore._codec import (
+    assets_from_json,
+    attachments_from_json,
+    data_from_json,
+    recipients_from_json,
+    tool_calls_from_json,
+)
+from convostore.embedding import text_tokens
+from convostore.model import MESSAGE, Event, Message, Role, Session, SessionSummary, User
+from convostore.store import PreparedEvent
+
+__all__ = [
+    "event_from_row",
+    "event_parameters",
+    "search_terms",
+    "session_from_row",
+    "summary_from_row",
+    "tsquery",
+    "user_from_row",
+    "user_parameters",
+    "user_values",
+    "vector_text",
+]
+
+_SUMMARY_OWNER = 13  # where the owner's columns start in a summary row
+_SUMMARY_STARTER = 19  # where the first author's columns start
+# tsvector limits: a lexeme of at most 2046 bytes, 256 positions each, 1 MiB of lexemes.
+MAX_LEXEME_BYTES: Final = 2046
+MAX_POSITIONS: Final = 255
+MAX_LEXEMES_BYTES: Final = (1 << 20) - 1
+
+
+def user_values(user: User) -> tuple[Any, ...]:
+    metadata = _json.dumps(dict(user.metadata), "user.metadata")
+    return (user.id, user.display_name, user.username, user.email, user.kind, metadata)
+
+
+def user_parameters(users: Iterable[User]) -> dict[str, list[Any]]:
+    """The ``user_*`` arrays of the statements that insert users if absent."""
+    rows = [user_values(user) for user in users]
+    return {
+        name: [row[index] for row in rows]
+        for index, name in enumerate(
+            (
+                "user_ids",
+                "user_names",
+                "user_usernames",
+                "user_emails",
+                "user_kinds",
+                "user_metadata",
+            )
+        )
+    }
+
+
+def user_from_row(row: Sequence[Any], start: int = 0) -> User | None:
+    """The user whose columns start at ``start``; None where a join found none."""
+    user_id, display_name, username, email, kind, metadata = row[start : start + 6]
+    if user_id is None:
+        return None
+    return User(user_id, display_name, username, email, kind, _json.loads(metadata))
+
+
+def _utc(value: datetime) -> datetime:
+    # Connections read times in UTC already; this only guards a server that overrides it.
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+def session_from_row(row: Sequence[Any]) -> Session:
+    return Session(
+        id=row[0],
+        owner_id=row[1],
+        title=row[2],
+        kind=row[3],
+        part_of=row[4],
+        held_with=row[5],
+        created_at=_utc(row[6]),
+        last_activity_at=_utc(row[7]),
+        expires_at=None if row[8] is None else _utc(row[8]),
+        metadata=_json.loads(row[9]),
+        version=row[10],
+        stamp=row[11],
+    )
+
+
+def summary_from_row(row: Sequence[Any]) -> SessionSummary:
+    return SessionSummary(
+        session=session_from_row(row),
+        owner=user_from_row(row, _SUMMARY_OWNER),
+        message_count=row[12],
+        started_by=user_from_row(row, _SUMMARY_STARTER),
+    )
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """A vector as PostgreSQL array text; ``repr`` of a single-precision value parses
+    back to that same value, so nothing is lost on the way."""
+    return "{" + ",".join(map(repr, vector)) + "}"
+
+
+def _lexeme(word: str) -> str:
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def search_terms(content: str) -> tuple[str | None, int | None]:
+    """The tsvector text of a message's words (`text_tokens`, as every backend splits
+    them), each with as many positions as it occurs (capped at PostgreSQL's 255), and
+    how many words there are. None for a message with no words."""
+    tokens = text_tokens(content)
+    if not tokens:
+        return None, None
+    entries: list[str] = []
+    total = 0
+    for word, count in Counter(tokens).items():
+        size = len(word.encode())
+        # Beyond these limits PostgreSQL refuses the whole value: such a word (or, in a
+        # message of over a mebibyte of distinct words, the rest) is left unindexed.
+        if size > MAX_LEXEME_BYTES:
+            continue
+        total += size
+        if total > MAX_LEXEMES_BYTES:
+            break
+        positions = ",".join(map(str, range(1, min(count, MAX_POSITIONS) + 1)))
+        entries.append(f"{_lexeme(word)}:{positions}")
+    if not entries:
+        return None, None
+    return " ".join(entries), len(tokens)
+
+
+def tsquery(terms: Sequence[str]) -> str | None:
+    """The tsquery text that needs every term, each quoted as one lexeme, so nothing a
+    user typed is read as query syntax. None when a term is longer than any indexed
+    word can be (nothing can match it)."""
+    if any(len(term.encode()) > MAX_LEXEME_BYTES for term in terms):
+        return None
+    return " & ".join(_lexeme(term) for term in terms)
+
+
+def event_parameters(events: Sequence[PreparedEvent]) -> dict[str, list[Any]]:
+    """The arrays `statements.APPEND` unnests (``event_`` and the column's name), one
+    entry per event, in order."""
+    columns: dict[str, list[Any]] = {
+        name: []
+        for name in (
+            "id", "type", "created_at", "branch", "metadata", "payload", "synthetic", "role",
+            "content", "author_id", "recipient_ids", "in_reply_to", "tool_calls",
+            "tool_call_id", "attachments", "data", "assets", "narration", "embedding",
+            "embedding_model", "stamp", "search_terms", "search_length",
+        )
+    }  # fmt: skip
+    for prepared in events:
+        event = prepared.event
+        columns["id"].append(event.id)
+        columns["type"].append(event.type)
+        columns["created_at"].append(event.created_at)
+        columns["branch"].append(event.branch)
+        columns["metadata"].append(prepared.metadata_json)
+        columns["payload"].append(prepared.payload_json)
+        columns["synthetic"].append(event.synthetic)
+        parts = prepared.message_json
+        if isinstance(event, Message) and parts is not None:
+            terms, length = search_terms(event.content)
+            message: tuple[Any, ...] = (
+                event.role.value,
+                event.content,
+                event.author_id,
+                parts.recipient_ids,
+                event.in_reply_to,
+                parts.tool_calls,
+                event.tool_call_id,
+                parts.attachments,
+                parts.data,
+                parts.assets,
+                event.narration,
+                None if event.embedding is None else vector_text(event.embedding),
+                event.embedding_model,
+                event.stamp,
+                terms,
+                length,
+            )
+        else:
+            message = (None,) * 16
+        for name, value in zip(_MESSAGE_COLUMNS, message, strict=True):
+            columns[name].append(value)
+    return {f"event_{name}": values for name, values in columns.items()}
+
+
+_MESSAGE_COLUMNS: Final = (
+    "role", "content", "author_id", "recipient_ids", "in_reply_to", "tool_calls",
+    "tool_call_id", "attachments", "data", "assets", "narration", "embedding",
+    "embedding_model", "stamp", "search_terms", "search_length",
+)  # fmt: skip
+
+
+def event_from_row(row: Sequence[Any], start: int = 0) -> Event:
+    """The event whose columns (`statements.EVENT_FIELDS`) start at ``start``."""
+    (
+        session_id, seq, event_id, event_type, created_at, branch, metadata, payload,
+        synthetic, role, content, author_id, recipient_ids, in_reply_to, tool_calls,
+        tool_call_id, attachments, data, assets, narration, embedding, embedding_model,
+        stamp,
+    ) = row[start : start + 23]  # fmt: skip
+    if event_type != MESSAGE:
+        return Event(
+            id=event_id,
+            session_id=session_id,
+            seq=seq,
+            type=event_type,
+            created_at=_utc(created_at),
+            branch=branch,
+            metadata=_json.loads(metadata),
+            payload=None if payload is None else _json.loads(payload),
+            synthetic=synthetic,
+        )
+    return Message(
+        id=event_id,
+        session_id=session_id,
+        seq=seq,
+        created_at=_utc(created_at),
+        branch=branch,
+        metadata=_json.loads(metadata),
+        synthetic=synthetic,
+        role=Role(role),
+        content=content,
+        author_id=author_id,
+        recipient_ids=recipients_from_json(recipient_ids),
+        in_reply_to=in_reply_to,
+        tool_calls=tool_calls_from_json(tool_calls),
+        tool_call_id=tool_call_id,
+        attachments=attachments_from_json(attachments),
+        data=data_from_json(data),
+        assets=assets_from_json(assets),
+        narration=narration,
+        embedding=None if embedding is None else tuple(embedding),
+        embedding_model=embedding_model,
+        stamp=stamp,
+    )

@@ -1,0 +1,297 @@
+"""The schema as versioned migrations, and what runs at connect to bring a database to it.
+
+``MIGRATIONS[i]`` takes a schema from version i to i + 1; each applied version is a row
+of ``convostore_schema``. Connect runs them under a transaction-scoped advisory lock per
+schema, so stores connecting at once migrate one after another, and refuses a schema a
+newer convostore wrote.
+
+Types: times are ``timestamptz`` (microseconds, read back in UTC); JSON is ``json``,
+which keeps the text as written (key order, number spelling) where ``jsonb`` would not;
+ids are ``text COLLATE "C"`` so they sort by code point, as everywhere else; a vector is
+``real[]`` (pgvector's HNSW index casts it, so the table needs no extension); the
+full-text terms are a ``tsvector`` computed by convostore (`convostore.embedding.text_tokens`),
+so text search splits words exactly as every other backend does.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Final
+
+from psycopg import AsyncConnection, sql
+from psycopg.errors import Error as DatabaseError
+
+from convostore import _json
+from convostore.errors import SchemaVersionError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "ServerFacts", "prepare_database"]
+
+log = logging.getLogger("convostore.postgresql")
+
+MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE users (
+            id text COLLATE "C" PRIMARY KEY,
+            display_name text NOT NULL,
+            username text,
+            email text,
+            kind text NOT NULL,
+            metadata json NOT NULL
+        )""",
+        """CREATE TABLE sessions (
+            id text COLLATE "C" PRIMARY KEY,
+            owner_id text COLLATE "C",
+            title text,
+            kind text NOT NULL,
+            part_of text COLLATE "C" REFERENCES sessions (id) ON DELETE CASCADE,
+            held_with text COLLATE "C",
+            created_at timestamptz NOT NULL,
+            last_activity_at timestamptz NOT NULL,
+            expires_at timestamptz,
+            metadata json NOT NULL,
+            version bigint NOT NULL DEFAULT 0,
+            last_seq bigint NOT NULL DEFAULT 0,
+            stamp text NOT NULL,
+            message_count bigint NOT NULL DEFAULT 0,
+            started_by text COLLATE "C"
+        )""",
+        # Listings page by keyset on these, so page n reads what page 1 reads. Top-level
+        # listings (the default) have their own partial indexes.
+        "CREATE INDEX sessions_top_by_created ON sessions (owner_id, id) WHERE part_of IS NULL",
+        """CREATE INDEX sessions_top_by_activity
+            ON sessions (owner_id, last_activity_at, id) WHERE part_of IS NULL""",
+        """CREATE INDEX sessions_top_kind_by_created
+            ON sessions (owner_id, kind, id) WHERE part_of IS NULL""",
+        """CREATE INDEX sessions_top_kind_by_activity
+            ON sessions (owner_id, kind, last_activity_at, id) WHERE part_of IS NULL""",
+        "CREATE INDEX sessions_by_created ON sessions (owner_id, id)",
+        "CREATE INDEX sessions_by_activity ON sessions (owner_id, last_activity_at, id)",
+        # Also serves the cascade from a session to its parts.
+        "CREATE INDEX sessions_parts ON sessions (part_of, held_with, id)",
+        "CREATE INDEX sessions_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE events (
+            session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            seq bigint NOT NULL,
+            id text COLLATE "C" NOT NULL,
+            type text NOT NULL,
+            created_at timestamptz NOT NULL,
+            branch text,
+            metadata json NOT NULL,
+            payload json,
+            synthetic boolean NOT NULL,
+            role text,
+            content text,
+            author_id text COLLATE "C",
+            recipient_ids json,
+            in_reply_to text,
+            tool_calls json,
+            tool_call_id text,
+            attachments json,
+            data json,
+            assets json,
+            narration text,
+            embedding real[],
+            embedding_model text,
+            stamp text,
+            search_terms tsvector,
+            search_length integer,
+            PRIMARY KEY (session_id, seq)
+        )""",
+        "CREATE UNIQUE INDEX events_by_id ON events (id)",
+        # A read of the last n events extends back to a turn start, and the active view
+        # starts at the newest compaction: each is found by a descending probe here.
+        """CREATE INDEX events_turn_starts ON events (session_id, seq)
+            WHERE type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND NOT synthetic""",
+        "CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'COMPACTION'",
+        "CREATE INDEX events_search ON events USING gin (search_terms)",
+        """CREATE TABLE participants (
+            session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            user_id text COLLATE "C" NOT NULL,
+            first_seq bigint NOT NULL,
+            PRIMARY KEY (session_id, user_id)
+        )""",
+        "CREATE INDEX participants_in_order ON participants (session_id, first_seq)",
+        """CREATE TABLE indexed_metadata_keys (name text COLLATE "C" PRIMARY KEY)""",
+        """CREATE TABLE session_metadata (
+            name text COLLATE "C" NOT NULL,
+            value text COLLATE "C" NOT NULL,
+            session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            PRIMARY KEY (name, value, session_id)
+        )""",
+        "CREATE INDEX session_metadata_by_session ON session_metadata (session_id)",
+        # The vector index the store declares: one row. Its HNSW index, where pgvector
+        # is installed, is built from this row (see `search.hnsw_index_ddl`).
+        """CREATE TABLE vector_index (
+            id integer PRIMARY KEY CHECK (id = 1),
+            dimensions integer NOT NULL CHECK (dimensions > 0),
+            metric text NOT NULL CHECK (metric IN ('cosine', 'euclidean')),
+            model text NOT NULL
+        )""",
+    ),
+)
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+# Both keys of the advisory lock a connect takes: this one, and the schema's hash.
+ADVISORY_LOCK_CLASS: Final = 0x636F6E76  # "conv"
+# The extension is one per database, whatever the schema.
+EXTENSION_LOCK_KEY: Final = 0
+
+TAKE_SCHEMA_LOCK: Final = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+TAKE_EXTENSION_LOCK: Final = "SELECT pg_advisory_xact_lock(%s, %s)"
+SERVER_FACTS: Final = """SELECT
+    current_setting('server_version_num')::integer,
+    (SELECT n.nspname FROM pg_extension x JOIN pg_namespace n ON n.oid = x.extnamespace
+        WHERE x.extname = 'vector'),
+    (SELECT extversion FROM pg_extension WHERE extname = 'vector'),
+    EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'vector'),
+    (SELECT array_agg(collname::text) FROM pg_collation
+        WHERE collname IN ('pg_unicode_fast', 'und-x-icu')
+        AND collencoding IN (-1, pg_char_to_encoding(current_setting('server_encoding')))),
+    EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s),
+    to_regclass(%s) IS NOT NULL"""
+VECTOR_EXTENSION: Final = (
+    "SELECT n.nspname, x.extversion FROM pg_extension x"
+    " JOIN pg_namespace n ON n.oid = x.extnamespace WHERE x.extname = 'vector'"
+)
+CREATE_VECTOR_EXTENSION: Final = "CREATE EXTENSION IF NOT EXISTS vector"
+CREATE_SCHEMA_TABLE: Final = """CREATE TABLE IF NOT EXISTS convostore_schema (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version) VALUES (%s)"
+SET_LOCAL_SEARCH_PATH: Final = "SELECT set_config('search_path', %s, true)"
+
+SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
+INSERT_INDEXED_KEY: Final = "INSERT INTO indexed_metadata_keys (name) VALUES (%s)"
+DELETE_INDEXED_KEY: Final = "DELETE FROM indexed_metadata_keys WHERE name = %s"
+DELETE_KEY_ENTRIES: Final = "DELETE FROM session_metadata WHERE name = %s"
+SESSIONS_WITH_KEY: Final = "SELECT id, metadata FROM sessions WHERE (metadata -> %s) IS NOT NULL"
+INSERT_KEY_ENTRIES: Final = """INSERT INTO session_metadata (name, value, session_id)
+    SELECT %s, entry.value, entry.session_id
+    FROM unnest(%s::text[], %s::text[]) AS entry (value, session_id)
+    ON CONFLICT DO NOTHING"""
+
+MIN_SERVER_VERSION: Final = 140000
+# The collations whose lower() folds case as Python's str.lower() does, best first:
+# PostgreSQL 18's builtin full case mapping, then ICU's root locale.
+TEXT_COLLATIONS: Final = ("pg_unicode_fast", "und-x-icu")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """What connect learnt about the server: the schema pgvector is installed in (None:
+    not in this database) and its version, and the collation the text filter folds case
+    with (None: the database's own)."""
+
+    vector_schema: str | None
+    vector_version: tuple[int, ...]
+    text_collation: str | None
+
+
+async def prepare_database(
+    connection: AsyncConnection[Any],
+    schema: str,
+    indexed_keys: frozenset[str],
+    where: str,
+) -> ServerFacts:
+    """Create the schema if need be, install pgvector where allowed, migrate to
+    `SCHEMA_VERSION` and index ``indexed_keys``: all in one transaction, under the
+    schema's advisory lock. A newer schema raises `SchemaVersionError` and writes
+    nothing."""
+    schema_table = sql.Identifier(schema, "convostore_schema").as_string(connection)
+    async with connection.transaction():
+        await connection.execute(TAKE_SCHEMA_LOCK, (ADVISORY_LOCK_CLASS, schema))
+        facts = await connection.execute(SERVER_FACTS, (schema, schema_table))
+        row = await facts.fetchone()
+        assert row is not None
+        (
+            version_num, vector_schema, vector_version, vector_available, collations,
+            schema_exists, versioned,
+        ) = row  # fmt: skip
+        if version_num < MIN_SERVER_VERSION:
+            raise SchemaVersionError(
+                f"{where} runs PostgreSQL {version_num // 10000}; convostore needs 14 or newer"
+            )
+        recorded = 0
+        if versioned:
+            version_query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
+                sql.Identifier(schema, "convostore_schema")
+            )
+            recorded_row = await (await connection.execute(version_query)).fetchone()
+            recorded = int(recorded_row[0]) if recorded_row else 0
+        if recorded > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"{where} has convostore schema version {recorded}, newer than version "
+                f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
+            )
+        if vector_schema is None and vector_available:
+            await connection.execute(TAKE_EXTENSION_LOCK, (ADVISORY_LOCK_CLASS, EXTENSION_LOCK_KEY))
+            try:
+                async with connection.transaction():  # a savepoint: a refusal is no failure
+                    await connection.execute(CREATE_VECTOR_EXTENSION)
+            except DatabaseError as error:
+                log.warning(
+                    "%s: pgvector is available but could not be installed (%s); vector "
+                    "search is off until an administrator runs CREATE EXTENSION vector",
+                    where,
+                    error.diag.message_primary or error,
+                )
+            else:
+                vector_schema, vector_version = await _vector_extension(connection)
+        if not schema_exists:
+            await connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        await connection.execute(SET_LOCAL_SEARCH_PATH, (search_path(schema, vector_schema),))
+        await connection.execute(CREATE_SCHEMA_TABLE)
+        for number in range(recorded + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[number - 1]:
+                await connection.execute(statement)
+            await connection.execute(RECORD_MIGRATION, (number,))
+        await _index_metadata_keys(connection, indexed_keys)
+    text_collation = next((c for c in TEXT_COLLATIONS if c in (collations or ())), None)
+    return ServerFacts(vector_schema, _version_tuple(vector_version), text_collation)
+
+
+def search_path(schema: str, vector_schema: str | None) -> str:
+    """The search_path of a store's connections: its schema, then pgvector's (for the
+    ``vector`` type and its operators), each quoted as an identifier."""
+    schemas = [schema] + ([vector_schema] if vector_schema and vector_schema != schema else [])
+    return ", ".join(sql.Identifier(name).as_string(None) for name in schemas)
+
+
+async def _vector_extension(connection: AsyncConnection[Any]) -> tuple[str | None, str | None]:
+    cursor = await connection.execute(VECTOR_EXTENSION)
+    row = await cursor.fetchone()
+    return (None, None) if row is None else (str(row[0]), str(row[1]))
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...]:
+    """``"0.8.2"`` as (0, 8, 2); what is not a number ends it."""
+    numbers: list[int] = []
+    for part in (version or "").split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)
+
+
+async def _index_metadata_keys(connection: AsyncConnection[Any], keys: frozenset[str]) -> None:
+    """Backfill the index for keys newly named; drop the keys no longer named.
+
+    Stores sharing a schema should name the same keys: the last one to connect decides
+    which keys the index holds.
+    """
+    cursor = await connection.execute(SELECT_INDEXED_KEYS)
+    indexed = {str(row[0]) for row in await cursor.fetchall()}
+    for name in sorted(indexed - keys):
+        await connection.execute(DELETE_KEY_ENTRIES, (name,))
+        await connection.execute(DELETE_INDEXED_KEY, (name,))
+    for name in sorted(keys - indexed):
+        await connection.execute(INSERT_INDEXED_KEY, (name,))
+        rows = await (await connection.execute(SESSIONS_WITH_KEY, (name,))).fetchall()
+        # The value is rendered by the function every write uses, so a backfilled entry
+        # compares exactly as a written one does.
+        values = [_json.index_value(_json.loads(metadata)[name]) for _, metadata in rows]
+        await connection.execute(
+            INSERT_KEY_ENTRIES, (name, values, [session_id for session_id, _ in rows])
+        )

@@ -1,0 +1,343 @@
+"""Vector and text search, the vector index and its HNSW index, and re-embedding.
+
+Vectors are ``real[]``. The declared index (one row of ``vector_index``) is built, where
+pgvector is installed, as a partial HNSW index on the cast ``embedding::vector(width)``
+of the messages of its model and width, with the operator class of its metric. A search
+orders by the same expression, so the planner walks that index; pgvector 0.8's relaxed
+iterative scan keeps walking until a filtered search (an owner, a session, roles) has
+its k rows.
+
+Text search runs on a GIN index of the ``search_terms`` tsvector, whose lexemes are the
+words `convostore.embedding.text_tokens` gives (case and accents folded as on every
+backend); a query is the conjunction of its words, each quoted as one lexeme.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from typing import Any, Final
+
+from psycopg import sql
+
+from convostore.backends.postgresql import statements as statements
+from convostore.backends.postgresql.connection import Connection
+from convostore.backends.postgresql.operations import fetch_all, fetch_one
+from convostore.backends.postgresql.rows import event_from_row, tsquery, vector_text
+from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.model import Message, Role, SearchHit
+from convostore.store import new_stamp
+
+__all__ = [
+    "HNSW_INDEX",
+    "count_pending",
+    "declare_vector_index",
+    "drop_hnsw_index",
+    "pending",
+    "set_embeddings",
+    "text_search",
+    "vector_index_spec",
+    "vector_search",
+]
+
+HNSW_INDEX: Final = "events_embedding_hnsw"
+# pgvector's operator and operator class for each metric.
+_DISTANCE: Final[dict[Metric, str]] = {"cosine": "<=>", "euclidean": "<->"}
+_OPERATOR_CLASS: Final[dict[Metric, str]] = {
+    "cosine": "vector_cosine_ops",
+    "euclidean": "vector_l2_ops",
+}
+# Python's str.isspace() characters: a message that is only these is blank, as
+# `str.strip()` sees it.
+PYTHON_WHITESPACE: Final = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
+    "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+
+SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
+INSERT_VECTOR_INDEX: Final = (
+    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
+    " ON CONFLICT (id) DO NOTHING"
+)
+REPLACE_VECTOR_INDEX: Final = (
+    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
+    " ON CONFLICT (id) DO UPDATE SET"
+    " dimensions = excluded.dimensions, metric = excluded.metric, model = excluded.model"
+)
+# Per search, inside its transaction: how wide the HNSW walk is, that it goes on until
+# the filters let k rows through, and a plan made for these very parameters (a generic
+# plan could not prove the index's model predicate from a parameter).
+SEARCH_SETTINGS: Final = (
+    "SELECT set_config('hnsw.ef_search', %s, true),"
+    " set_config('plan_cache_mode', 'force_custom_plan', true)"
+)
+ITERATIVE_SCAN: Final = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+
+# Messages with no vector of a model, of some roles, with non-blank content.
+_PENDING_WHERE = (
+    " WHERE type = 'MESSAGE' AND embedding_model IS DISTINCT FROM %(model)s"
+    " AND role = ANY(%(roles)s::text[]) AND btrim(content, %(blank)s) <> ''"
+)
+# Keyset by id: every page starts where the last ended, so a whole run reads each row
+# once even though embedded rows leave the pending set behind it.
+PENDING_PAGE: Final = (
+    "SELECT id, session_id, role, content FROM events"
+    + _PENDING_WHERE
+    + " AND id > %(after)s ORDER BY id LIMIT %(limit)s"
+)
+COUNT_PENDING: Final = "SELECT count(*) FROM events" + _PENDING_WHERE
+SET_EMBEDDINGS: Final = (
+    "UPDATE events SET embedding = given.embedding::real[], embedding_model = %(model)s,"
+    " stamp = given.stamp"
+    " FROM unnest(%(ids)s::text[], %(vectors)s::text[], %(stamps)s::text[])"
+    " AS given (id, embedding, stamp)"
+    " WHERE events.id = given.id AND events.type = 'MESSAGE'"
+)
+
+# Search scopes: whether an owner, a session and roles narrow the search. Each is a
+# fixed fragment, so the statements stay a small bounded set.
+_SCOPE = (
+    " AND s.owner_id = %(owner_id)s",
+    " AND e.session_id = %(session_id)s",
+    " AND e.role = ANY(%(roles)s::text[])",
+)
+
+
+def _scope_sql(owner: bool, session: bool, roles: bool) -> str:
+    return "".join(
+        fragment for fragment, on in zip(_SCOPE, (owner, session, roles), strict=True) if on
+    )
+
+
+def _from(owner: bool) -> str:
+    return "FROM events e" + (" JOIN sessions s ON s.id = e.session_id" if owner else "")
+
+
+@functools.cache
+def vector_search_sql(
+    metric: Metric, width: int, by_model: bool, owner: bool, session: bool, roles: bool
+) -> str:
+    """The k nearest messages of one width (and model), with their distances. The
+    ORDER BY is the expression the HNSW index of that width and metric is built on.
+    Parameters: vector, model, owner_id, session_id, roles, k."""
+    distance = sql.SQL(
+        "e.embedding::vector({width}) {operator} %(vector)s::vector({width})"
+    ).format(width=sql.Literal(width), operator=sql.SQL(_DISTANCE[metric]))
+    statement = sql.SQL(
+        "SELECT {columns}, {distance} {source}"
+        " WHERE e.type = 'MESSAGE' AND cardinality(e.embedding) = {width}{model}{scope}"
+        " ORDER BY {distance} LIMIT %(k)s"
+    ).format(
+        columns=sql.SQL(statements.EVENT_COLUMNS),
+        distance=distance,
+        source=sql.SQL(_from(owner)),
+        width=sql.Literal(width),
+        model=sql.SQL(" AND e.embedding_model = %(model)s" if by_model else ""),
+        scope=sql.SQL(_scope_sql(owner, session, roles)),
+    )
+    return statement.as_string(None)
+
+
+@functools.cache
+def text_search_sql(owner: bool, session: bool, roles: bool) -> str:
+    """The k messages holding every term, best first: the terms' occurrences over the
+    square root of the message's length, as every backend ranks them. Only the ids and
+    scores are sorted; the k winners are then read whole. Parameters: query, terms,
+    owner_id, session_id, roles, k."""
+    return (
+        "SELECT ranked.score, " + statements.EVENT_COLUMNS + " FROM ("
+        "SELECT e.id, (SELECT coalesce(sum(cardinality(t.positions)), 0)"
+        " FROM unnest(e.search_terms) t WHERE t.lexeme = ANY(%(terms)s::text[]))::float8"
+        " / sqrt(e.search_length) AS score "
+        + _from(owner)
+        + " WHERE e.search_terms @@ %(query)s::tsquery"
+        + _scope_sql(owner, session, roles)
+        + " ORDER BY score DESC, e.id LIMIT %(k)s"
+        ") ranked JOIN events e ON e.id = ranked.id ORDER BY ranked.score DESC, e.id"
+    )
+
+
+def hnsw_index_ddl(schema: str, spec: VectorIndexSpec) -> sql.Composed:
+    """The HNSW index of ``spec``: its width and metric, over its model's messages of
+    that width. The model name is DDL, which takes no parameters: it is a quoted
+    literal."""
+    return sql.SQL(
+        "CREATE INDEX IF NOT EXISTS {name} ON {table}"
+        " USING hnsw ((embedding::vector({width})) {operator_class})"
+        " WHERE type = 'MESSAGE' AND embedding_model = {model}"
+        " AND cardinality(embedding) = {width}"
+    ).format(
+        name=sql.Identifier(HNSW_INDEX),
+        table=sql.Identifier(schema, "events"),
+        width=sql.Literal(spec.dimensions),
+        operator_class=sql.SQL(_OPERATOR_CLASS[spec.metric]),
+        model=sql.Literal(spec.model),
+    )
+
+
+def _drop_hnsw_ddl(schema: str) -> sql.Composed:
+    return sql.SQL("DROP INDEX IF EXISTS {}").format(sql.Identifier(schema, HNSW_INDEX))
+
+
+# ---------------------------------------------------------------------------- the index
+
+
+async def vector_index_spec(connection: Connection) -> VectorIndexSpec | None:
+    row = await fetch_one(connection, SELECT_VECTOR_INDEX)
+    return None if row is None else VectorIndexSpec(row[0], row[1], row[2])
+
+
+async def declare_vector_index(
+    connection: Connection,
+    schema: str,
+    spec: VectorIndexSpec,
+    *,
+    replace: bool,
+    build: bool,
+    lock: tuple[str, tuple[Any, ...]],
+) -> None:
+    """Record ``spec`` if none is (with ``replace``, in place of what is, whose HNSW
+    index is dropped), then, with ``build`` and pgvector, build the HNSW index of what
+    is recorded if it is missing. One transaction, under the schema's advisory lock
+    (``lock``: its statement and parameters), so concurrent connects build it once."""
+    async with connection.transaction():
+        await connection.execute(*lock)
+        if replace:
+            await connection.execute(
+                REPLACE_VECTOR_INDEX, (spec.dimensions, spec.metric, spec.model)
+            )
+            await connection.execute(_drop_hnsw_ddl(schema))
+        else:
+            await connection.execute(
+                INSERT_VECTOR_INDEX, (spec.dimensions, spec.metric, spec.model)
+            )
+        if build:
+            recorded = await vector_index_spec(connection)
+            assert recorded is not None
+            await connection.execute(hnsw_index_ddl(schema, recorded))
+
+
+async def drop_hnsw_index(connection: Connection, schema: str) -> None:
+    await connection.execute(_drop_hnsw_ddl(schema))
+
+
+# ---------------------------------------------------------------------------- re-embedding
+
+
+def _pending_parameters(model: str, roles: Sequence[Role]) -> dict[str, Any]:
+    return {"model": model, "roles": [role.value for role in roles], "blank": PYTHON_WHITESPACE}
+
+
+async def pending(
+    connection: Connection, model: str, roles: Sequence[Role], after: str | None, limit: int
+) -> list[PendingEmbedding]:
+    parameters = _pending_parameters(model, roles) | {"after": after or "", "limit": limit}
+    rows = await fetch_all(connection, PENDING_PAGE, parameters)
+    return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
+
+
+async def count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
+    row = await fetch_one(connection, COUNT_PENDING, _pending_parameters(model, roles))
+    return int(row[0])
+
+
+async def set_embeddings(
+    connection: Connection, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+) -> None:
+    await connection.execute(
+        SET_EMBEDDINGS,
+        {
+            "model": model,
+            "ids": [message_id for message_id, _ in vectors],
+            "vectors": [vector_text(vector) for _, vector in vectors],
+            "stamps": [new_stamp() for _ in vectors],
+        },
+    )
+
+
+# ---------------------------------------------------------------------------- searching
+
+
+def _query_vector(vector: Sequence[float]) -> str:
+    return "[" + ",".join(map(repr, vector)) + "]"
+
+
+async def vector_search(
+    connection: Connection,
+    vector: tuple[float, ...],
+    metric: Metric,
+    model: str | None,
+    k: int,
+    scope: tuple[str | None, str | None, tuple[Role, ...] | None],
+    *,
+    ef_search: int,
+    iterative_scan: bool,
+) -> list[SearchHit]:
+    owner_id, session_id, roles = scope
+    statement = vector_search_sql(
+        metric,
+        len(vector),
+        model is not None,
+        owner_id is not None,
+        session_id is not None,
+        roles is not None,
+    )
+    parameters = {
+        "vector": _query_vector(vector),
+        "model": model,
+        "owner_id": owner_id,
+        "session_id": session_id,
+        "roles": None if roles is None else [role.value for role in roles],
+        "k": k,
+    }
+    # BEGIN, the settings, the search and COMMIT travel in one round trip.
+    async with connection.pipeline(), connection.transaction():
+        await connection.execute(SEARCH_SETTINGS, (str(max(ef_search, k)),))
+        if iterative_scan:
+            await connection.execute(ITERATIVE_SCAN)
+        cursor = await connection.execute(statement, parameters, binary=True)
+        rows = await cursor.fetchall()
+    hits = [
+        SearchHit(message, _score(metric, row[23]))
+        for row in rows
+        if isinstance(message := event_from_row(row), Message)
+    ]
+    # A relaxed iterative scan may hand rows back slightly out of order.
+    hits.sort(key=lambda hit: -hit.score)
+    return hits
+
+
+def _score(metric: Metric, distance: float) -> float:
+    """Higher is better, as `convostore._vectors.top_k` scores: cosine similarity, or
+    the negative Euclidean distance. A zero vector has no direction: similarity 0."""
+    if math.isnan(distance):
+        return 0.0
+    return 1.0 - distance if metric == "cosine" else -distance
+
+
+async def text_search(
+    connection: Connection,
+    terms: tuple[str, ...],
+    k: int,
+    scope: tuple[str | None, str | None, tuple[Role, ...] | None],
+) -> list[SearchHit]:
+    query = tsquery(terms)
+    if query is None:
+        return []
+    owner_id, session_id, roles = scope
+    statement = text_search_sql(owner_id is not None, session_id is not None, roles is not None)
+    parameters = {
+        "query": query,
+        "terms": list(terms),
+        "owner_id": owner_id,
+        "session_id": session_id,
+        "roles": None if roles is None else [role.value for role in roles],
+        "k": k,
+    }
+    rows = await fetch_all(connection, statement, parameters, binary=True)
+    return [
+        SearchHit(message, float(row[0]))
+        for row in rows
+        if isinstance(message := event_from_row(row, 1), Message)
+    ]

@@ -1,0 +1,386 @@
+"""Every statement the store runs, as named constants with bound parameters.
+
+Table names are unqualified: each connection's search_path names the store's schema
+(see `connection.configure_connection`). Column lists are joined from the constant names
+below once, at import. Statements whose WHERE clause depends on the request (listings,
+counts, event filters) are joined from fixed fragments only, one string per combination,
+so the set of statements is bounded and each is prepared once per connection. No value
+is ever formatted into SQL; the one identifier that varies (the collation the text
+filter folds case with, chosen from a fixed list at connect) is quoted by psycopg.
+
+Each write is one statement where it can be: data-modifying CTEs let one statement check,
+move the session on and insert, atomically and in one round trip. Lists travel as
+arrays and are unnested; JSON as text cast to ``json``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Final, Literal
+
+from psycopg import sql
+
+from convostore.model import SessionOrder
+
+# fmt: off
+USER_FIELDS: Final = ("id", "display_name", "username", "email", "kind", "metadata")
+SESSION_FIELDS: Final = (
+    "id", "owner_id", "title", "kind", "part_of", "held_with", "created_at",
+    "last_activity_at", "expires_at", "metadata", "version", "stamp",
+)
+EVENT_FIELDS: Final = (
+    "session_id", "seq", "id", "type", "created_at", "branch", "metadata", "payload",
+    "synthetic", "role", "content", "author_id", "recipient_ids", "in_reply_to",
+    "tool_calls", "tool_call_id", "attachments", "data", "assets", "narration",
+    "embedding", "embedding_model", "stamp",
+)
+# An appended event's columns after (session_id, seq), each with the array type its
+# values travel in and how one value is cast back to the column's type.
+APPENDED_FIELDS: Final = (
+    ("id", "text[]", ""), ("type", "text[]", ""), ("created_at", "timestamptz[]", ""),
+    ("branch", "text[]", ""), ("metadata", "text[]", "::json"), ("payload", "text[]", "::json"),
+    ("synthetic", "boolean[]", ""), ("role", "text[]", ""), ("content", "text[]", ""),
+    ("author_id", "text[]", ""), ("recipient_ids", "text[]", "::json"),
+    ("in_reply_to", "text[]", ""), ("tool_calls", "text[]", "::json"),
+    ("tool_call_id", "text[]", ""), ("attachments", "text[]", "::json"),
+    ("data", "text[]", "::json"), ("assets", "text[]", "::json"), ("narration", "text[]", ""),
+    ("embedding", "text[]", "::real[]"), ("embedding_model", "text[]", ""),
+    ("stamp", "text[]", ""), ("search_terms", "text[]", "::tsvector"),
+    ("search_length", "integer[]", ""),
+)
+# fmt: on
+
+
+def columns(fields: tuple[str, ...], alias: str = "") -> str:
+    return ", ".join(alias + name for name in fields)
+
+
+USER_COLUMNS: Final = columns(USER_FIELDS)
+SESSION_COLUMNS: Final = columns(SESSION_FIELDS)
+EVENT_COLUMNS: Final = columns(EVENT_FIELDS, "e.")
+# A summary row: the session's columns, its message count, its owner's columns, then the
+# columns of the author of its first message (users o and b joined to sessions s).
+_SUMMARY_COLUMNS = (
+    f"{columns(SESSION_FIELDS, 's.')}, s.message_count, "
+    f"{columns(USER_FIELDS, 'o.')}, {columns(USER_FIELDS, 'b.')}"
+)
+_SUMMARY_JOINS = " LEFT JOIN users o ON o.id = s.owner_id LEFT JOIN users b ON b.id = s.started_by"
+# The users of a call that are inserted if absent, as arrays.
+_USERS_GIVEN = (
+    "unnest(%(user_ids)s::text[], %(user_names)s::text[], %(user_usernames)s::text[],"
+    " %(user_emails)s::text[], %(user_kinds)s::text[], %(user_metadata)s::text[])"
+    " AS given (id, display_name, username, email, kind, metadata)"
+)
+# The ids of %(required_users)s (given by id, so they must be stored) that are not, in
+# the order given; NULL when every one is stored.
+_MISSING_USERS = (
+    "SELECT array_agg(required.id ORDER BY required.n) AS ids"
+    " FROM unnest(%(required_users)s::text[]) WITH ORDINALITY AS required (id, n)"
+    " WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = required.id)"
+)
+
+# ---------------------------------------------------------------------------- users
+
+SELECT_USER: Final = f"SELECT {USER_COLUMNS} FROM users WHERE id = %s"
+UPSERT_USER: Final = (
+    f"INSERT INTO users ({USER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s::json)"
+    " ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name,"
+    " username = excluded.username, email = excluded.email, kind = excluded.kind,"
+    " metadata = excluded.metadata"
+)
+
+# ---------------------------------------------------------------------------- sessions
+
+SELECT_SESSION: Final = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = %s"
+SESSION_EXISTS: Final = "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = %s)"
+SESSION_VERSION: Final = "SELECT version FROM sessions WHERE id = %s"
+# One statement checks the users and the parent, inserts the session, then (only if it
+# was inserted) its users and metadata entries, and answers what a refusal needs to
+# say why: (inserted, existed before, missing user ids, parent found, parent's part_of,
+# parent's owner).
+INSERT_SESSION: Final = f"""WITH missing_users AS ({_MISSING_USERS}),
+parent AS (SELECT owner_id, part_of FROM sessions WHERE id = %(part_of)s),
+inserted AS (
+    INSERT INTO sessions ({SESSION_COLUMNS})
+    SELECT %(id)s, %(owner_id)s, %(title)s, %(kind)s, %(part_of)s, %(held_with)s,
+        %(created_at)s, %(last_activity_at)s, %(expires_at)s, %(metadata)s::json, 0, %(stamp)s
+    WHERE (SELECT ids FROM missing_users) IS NULL
+        AND (%(part_of)s::text IS NULL OR EXISTS (
+            SELECT 1 FROM parent WHERE parent.part_of IS NULL
+            AND parent.owner_id IS NOT DISTINCT FROM %(owner_id)s::text))
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id
+),
+users_added AS (
+    INSERT INTO users ({USER_COLUMNS})
+    SELECT given.id, given.display_name, given.username, given.email, given.kind,
+        given.metadata::json
+    FROM {_USERS_GIVEN}
+    WHERE EXISTS (SELECT 1 FROM inserted)
+    ON CONFLICT (id) DO NOTHING
+),
+metadata_indexed AS (
+    INSERT INTO session_metadata (name, value, session_id)
+    SELECT entry.name, entry.value, inserted.id
+    FROM inserted, unnest(%(metadata_names)s::text[], %(metadata_values)s::text[])
+        AS entry (name, value)
+)
+SELECT EXISTS (SELECT 1 FROM inserted), EXISTS (SELECT 1 FROM sessions WHERE id = %(id)s),
+    (SELECT ids FROM missing_users), EXISTS (SELECT 1 FROM parent),
+    (SELECT part_of FROM parent), (SELECT owner_id FROM parent)"""
+# Taken before looking for a part: every caller of find_or_create_part for one parent
+# then looks (and inserts) one after another, so all settle on the earliest part.
+LOCK_PARENT: Final = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
+FIND_PART: Final = (
+    f"SELECT {SESSION_COLUMNS} FROM sessions"
+    " WHERE part_of = %s AND held_with = %s ORDER BY id LIMIT 1"
+)
+# The metadata index follows the new metadata: entries no longer true go, new ones come.
+UPDATE_SESSION: Final = f"""WITH updated AS (
+    UPDATE sessions SET title = %(title)s, metadata = %(metadata)s::json,
+        expires_at = %(expires_at)s, stamp = %(new_stamp)s
+    WHERE id = %(id)s AND stamp = %(expected_stamp)s
+    RETURNING {SESSION_COLUMNS}
+),
+entries AS (
+    SELECT * FROM unnest(%(metadata_names)s::text[], %(metadata_values)s::text[])
+        AS entry (name, value)
+),
+cleared AS (
+    DELETE FROM session_metadata m USING updated
+    WHERE m.session_id = updated.id
+        AND NOT EXISTS (SELECT 1 FROM entries WHERE entries.name = m.name
+            AND entries.value = m.value)
+),
+indexed AS (
+    INSERT INTO session_metadata (name, value, session_id)
+    SELECT entries.name, entries.value, updated.id FROM updated, entries
+    ON CONFLICT DO NOTHING
+)
+SELECT {SESSION_COLUMNS} FROM updated"""
+SET_TITLE: Final = (
+    f"UPDATE sessions SET title = %s, stamp = %s WHERE id = %s RETURNING {SESSION_COLUMNS}"
+)
+DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = %s"
+# A part of an expired parent goes with its parent by cascade, so only sessions deleted
+# directly are counted. Under READ COMMITTED a row whose expiry another transaction moved
+# on is re-checked against its new value before it is deleted, so it survives.
+DELETE_EXPIRED: Final = (
+    "DELETE FROM sessions WHERE expires_at < %(before)s AND NOT EXISTS (SELECT 1 FROM"
+    " sessions parent WHERE parent.id = sessions.part_of AND parent.expires_at < %(before)s)"
+)
+SESSIONS_BY_METADATA: Final = (
+    f"SELECT {columns(SESSION_FIELDS, 's.')} FROM session_metadata m"
+    " JOIN sessions s ON s.id = m.session_id"
+    " WHERE m.name = %s AND m.value = %s ORDER BY m.session_id"
+)
+LIST_PARTS: Final = (
+    f"SELECT {_SUMMARY_COLUMNS} FROM sessions s{_SUMMARY_JOINS} WHERE s.part_of = %s ORDER BY s.id"
+)
+PARTICIPANTS: Final = (
+    f"SELECT {columns(USER_FIELDS, 'u.')} FROM participants p"
+    " JOIN users u ON u.id = p.user_id WHERE p.session_id = %s ORDER BY p.first_seq"
+)
+
+# ---------------------------------------------------------------------------- the log
+
+_APPENDED_COLUMNS = ", ".join(name for name, _, _ in APPENDED_FIELDS)
+_APPENDED_ARRAYS = ", ".join(f"%(event_{name})s::{kind}" for name, kind, _ in APPENDED_FIELDS)
+_APPENDED_VALUES = ", ".join(f"w.{name}{cast}" for name, _, cast in APPENDED_FIELDS)
+# One statement is the whole append: it moves the session on (the row lock it takes
+# orders concurrent appends, so seq values are gap-free), inserts the events at the seq
+# values that returns, then the users and participants, all only if the session moved.
+# The checks are in the UPDATE's WHERE: no row back means "no such session", "an unknown
+# user" or "another version", which only that rare path tells apart. An event id that
+# is stored already fails the whole statement on the unique index.
+APPEND: Final = f"""WITH missing_users AS ({_MISSING_USERS}),
+advanced AS (
+    UPDATE sessions SET version = version + 1, last_seq = last_seq + %(count)s::bigint,
+        stamp = %(stamp)s,
+        last_activity_at = greatest(last_activity_at, %(activity_at)s::timestamptz),
+        message_count = message_count + %(message_count)s::bigint,
+        started_by = coalesce(started_by, %(started_by)s::text)
+    WHERE id = %(session_id)s
+        AND (%(expected_version)s::bigint IS NULL OR version = %(expected_version)s::bigint)
+        AND (SELECT ids FROM missing_users) IS NULL
+    RETURNING last_seq
+),
+inserted AS (
+    INSERT INTO events (session_id, seq, {_APPENDED_COLUMNS})
+    SELECT %(session_id)s, advanced.last_seq - %(count)s::bigint + w.n, {_APPENDED_VALUES}
+    FROM advanced CROSS JOIN unnest({_APPENDED_ARRAYS})
+        WITH ORDINALITY AS w ({_APPENDED_COLUMNS}, n)
+    RETURNING seq, author_id
+),
+users_added AS (
+    INSERT INTO users ({USER_COLUMNS})
+    SELECT given.id, given.display_name, given.username, given.email, given.kind,
+        given.metadata::json
+    FROM {_USERS_GIVEN}
+    WHERE EXISTS (SELECT 1 FROM advanced)
+    ON CONFLICT (id) DO NOTHING
+),
+participants_added AS (
+    INSERT INTO participants (session_id, user_id, first_seq)
+    SELECT %(session_id)s, inserted.author_id, min(inserted.seq) FROM inserted
+    WHERE inserted.author_id IS NOT NULL GROUP BY inserted.author_id
+    ON CONFLICT DO NOTHING
+)
+SELECT last_seq FROM advanced"""
+# Why an append moved nothing: the session's version (NULL: no session) and the
+# required user ids that are not stored, in the order given.
+APPEND_REFUSAL: Final = f"""SELECT (SELECT version FROM sessions WHERE id = %(session_id)s),
+    ({_MISSING_USERS})"""
+EVENTS_WITH_IDS: Final = f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.id = ANY(%s::text[])"
+SET_NARRATION: Final = (
+    "UPDATE events SET narration = %s, stamp = %s"
+    " WHERE id = %s AND session_id = %s AND type = 'MESSAGE'"
+)
+
+# ---------------------------------------------------------------------------- listings
+
+_LISTING_AFTER = {
+    SessionOrder.CREATED: " AND s.id < %(after_id)s",
+    SessionOrder.LAST_ACTIVITY: (
+        " AND (s.last_activity_at, s.id) < (%(after_at)s::timestamptz, %(after_id)s::text)"
+    ),
+}
+_LISTING_ORDER = {
+    SessionOrder.CREATED: " ORDER BY s.id DESC LIMIT %(limit)s",
+    SessionOrder.LAST_ACTIVITY: " ORDER BY s.last_activity_at DESC, s.id DESC LIMIT %(limit)s",
+}
+
+
+@functools.cache
+def listing_sql(
+    summaries: bool, order: SessionOrder, include_parts: bool, by_kind: bool, paged: bool
+) -> str:
+    """A page of an owner's sessions (or summaries), strictly after a keyset when
+    ``paged``. Parameters: owner_id, kind, after_id, after_at, limit."""
+    selected = _SUMMARY_COLUMNS if summaries else columns(SESSION_FIELDS, "s.")
+    statement = f"SELECT {selected} FROM sessions s"
+    if summaries:
+        statement += _SUMMARY_JOINS
+    statement += " WHERE s.owner_id = %(owner_id)s"
+    if not include_parts:
+        statement += " AND s.part_of IS NULL"
+    if by_kind:
+        statement += " AND s.kind = %(kind)s"
+    if paged:
+        statement += _LISTING_AFTER[order]
+    return statement + _LISTING_ORDER[order]
+
+
+@functools.cache
+def count_sql(include_parts: bool, by_kind: bool) -> str:
+    """How many sessions a listing holds. Parameters: owner_id, kind."""
+    statement = "SELECT count(*) FROM sessions WHERE owner_id = %(owner_id)s"
+    if not include_parts:
+        statement += " AND part_of IS NULL"
+    if by_kind:
+        statement += " AND kind = %(kind)s"
+    return statement
+
+
+# ---------------------------------------------------------------------------- reads
+
+# The EventFilter conditions, in the order their fragments are joined: (the filter's
+# attribute, its fragment). The text condition's {collation} is filled in at connect.
+EVENT_CONDITIONS: Final = (
+    ("types", " AND e.type = ANY(%(types)s::text[])"),
+    ("roles", " AND e.role = ANY(%(roles)s::text[])"),
+    ("exclude_synthetic", " AND NOT e.synthetic"),
+    ("branch", " AND (e.branch IS NULL OR e.branch = ANY(%(lineage)s::text[]))"),
+    ("since", " AND e.created_at >= %(since)s::timestamptz"),
+    ("until", " AND e.created_at <= %(until)s::timestamptz"),
+    # Literal and case-insensitive, as Python's `needle.lower() in content.lower()`:
+    # strpos has no wildcards, and lower() under the chosen collation maps case fully.
+    (
+        "text",
+        " AND strpos(lower(e.content{collation}), lower(%(text)s::text{collation})) > 0",
+    ),
+    ("after_seq", " AND e.seq > %(after_seq)s::bigint"),
+)
+_MATCHES = "FROM events e WHERE e.session_id = %(session_id)s"
+# Written out as in the partial index events_turn_starts, so the planner can use it.
+_IS_TURN_START = (
+    " AND e.type = 'MESSAGE' AND e.role = 'user' AND e.branch IS NULL AND NOT e.synthetic"
+)
+ReadShape = Literal["forward", "last"]
+# The newest compaction boundary of the session, for the active view.
+_BOUNDARY = (
+    "boundary AS (SELECT e.seq, e.payload FROM events e WHERE e.session_id = %(session_id)s"
+    " AND e.type = 'COMPACTION' ORDER BY e.seq DESC LIMIT 1)"
+)
+# What an active view is composed from, each row tagged with its part: 0, the boundary
+# and every event after it; 1, the events it keeps (each once, however often named).
+_VIEW_PARTS = (
+    f"SELECT 0 AS part, {EVENT_COLUMNS} FROM events e, boundary"
+    " WHERE e.session_id = %(session_id)s AND e.seq >= boundary.seq"
+    f" UNION ALL SELECT 1, {EVENT_COLUMNS} FROM boundary"
+    " CROSS JOIN LATERAL (SELECT DISTINCT json_array_elements_text("
+    "boundary.payload -> 'kept_event_ids') AS id) kept"
+    " JOIN events e ON e.id = kept.id"
+    " WHERE e.session_id = %(session_id)s AND e.seq < boundary.seq"
+)
+
+
+def _conditions_sql(conditions: tuple[bool, ...], collation: str | None) -> str:
+    collate = "" if collation is None else " COLLATE " + sql.Identifier(collation).as_string(None)
+    return "".join(
+        fragment.replace("{collation}", collate)
+        for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True)
+        if used
+    )
+
+
+def _matches_sql(shape: ReadShape, where: str, part: str = "", guard: str = "") -> tuple[str, str]:
+    """(the CTEs, the final SELECT) of a read of one shape. ``part`` is the column that
+    tags its rows and ``guard`` a condition on the final SELECT alone, both for the
+    active view's statement."""
+    if shape == "forward":
+        # LIMIT NULL: no limit.
+        return "", (
+            f"SELECT {part}{EVENT_COLUMNS} {_MATCHES}{where}{guard} ORDER BY e.seq LIMIT %(limit)s"
+        )
+    # The newest `last` matches, extended back to the nearest matching turn start at or
+    # before the first of them (none: not extended). Three index probes, one statement.
+    ctes = (
+        f"window_rows AS (SELECT e.seq {_MATCHES}{where} ORDER BY e.seq DESC LIMIT %(last)s),"
+        " window_start AS (SELECT min(seq) AS seq FROM window_rows),"
+        " read_from AS (SELECT coalesce((SELECT e.seq"
+        f" {_MATCHES}{where}{_IS_TURN_START} AND e.seq <= window_start.seq"
+        " ORDER BY e.seq DESC LIMIT 1), window_start.seq) AS seq FROM window_start)"
+    )
+    select = (
+        f"SELECT {part}{EVENT_COLUMNS} {_MATCHES}{where}{guard}"
+        " AND e.seq >= (SELECT seq FROM read_from) ORDER BY e.seq"
+    )
+    return ctes, select
+
+
+@functools.cache
+def events_sql(
+    shape: ReadShape, conditions: tuple[bool, ...], collation: str | None, active_view: bool
+) -> str:
+    """The read of one shape with the conditions flagged in ``conditions`` (one flag per
+    `EVENT_CONDITIONS` entry). Parameters: session_id, the conditions' names (lineage
+    for branch), limit or last.
+
+    With ``active_view``, the rows are tagged with a leading part column: 0 and 1 are
+    the parts of the view of the newest compaction, to be composed by the caller; 2 is
+    the filtered log itself, read only when the log has no compaction.
+    """
+    where = _conditions_sql(conditions, collation)
+    if not active_view:
+        ctes, select = _matches_sql(shape, where, "")
+        return (f"WITH {ctes} " if ctes else "") + select
+    # The filtered log is read only where no boundary exists: a one-time filter, so the
+    # branch costs nothing when the view is composed instead.
+    ctes, select = _matches_sql(
+        shape, where, part="2 AS part, ", guard=" AND NOT EXISTS (SELECT 1 FROM boundary)"
+    )
+    return (
+        f"WITH {_BOUNDARY}{', ' + ctes if ctes else ''} "
+        f"({_VIEW_PARTS}) UNION ALL ({select}) ORDER BY part, seq"
+    )

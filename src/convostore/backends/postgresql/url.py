@@ -1,0 +1,133 @@
+"""PostgreSQL URLs: the server libpq connects to, and convostore's own options.
+
+``postgresql://user:password@host:port/database?schema=chat&pool_max_size=20`` (also
+``postgres://`` and ``postgresql+psycopg://``). convostore's options are taken out of the
+query; every other query parameter (``sslmode``, ``connect_timeout``, ...) goes to libpq
+as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from convostore.errors import InvalidArgumentError
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "IDENTIFIER",
+    "SCHEMES",
+    "PostgreSQLTarget",
+    "parse_postgresql_url",
+]
+
+SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
+DEFAULT_SCHEMA: Final = "public"
+# The names convostore accepts for its schema: lowercase, unquoted-safe, at most 63
+# bytes (PostgreSQL's limit). Composed into SQL only as `psycopg.sql.Identifier`.
+IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_MAX_POOL_SIZE = 1000
+_MAX_EF_SEARCH = 1000  # pgvector's own limit
+
+
+@dataclass(frozen=True, slots=True)
+class PostgreSQLTarget:
+    """Where a store's tables are and how its pool is sized.
+
+    - ``conninfo``: the URL libpq is given, without convostore's options.
+    - ``schema``: the schema holding convostore's tables (created at connect if absent).
+    - ``pool_min_size`` / ``pool_max_size``: connections kept open / opened at most.
+    - ``pool_timeout``: seconds an operation waits for a free connection.
+    - ``ef_search``: pgvector's HNSW search breadth (more: better recall, slower);
+      a search for k hits uses at least k.
+    """
+
+    conninfo: str
+    schema: str = DEFAULT_SCHEMA
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+    pool_timeout: float = 30.0
+    ef_search: int = 100
+
+    @property
+    def where(self) -> str:
+        """The server and database, for messages (never the password)."""
+        parts = urlsplit(self.conninfo)
+        host = parts.hostname or "localhost"
+        port = f":{parts.port}" if parts.port else ""
+        return f"PostgreSQL {host}{port}{parts.path or '/'} (schema {self.schema})"
+
+
+def parse_postgresql_url(url: str) -> PostgreSQLTarget:
+    """The target of a ``postgresql://`` URL. convostore's query options:
+
+    - ``schema``: ``[a-z_][a-z0-9_]{0,62}``, default ``public``;
+    - ``pool_min_size`` (default 1), ``pool_max_size`` (default 10);
+    - ``pool_timeout``: seconds, default 30;
+    - ``ef_search``: 1..1000, default 100.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise InvalidArgumentError(f"not a PostgreSQL URL: {_redacted(url)!r}")
+    try:
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as error:
+        raise InvalidArgumentError(f"malformed query in the PostgreSQL URL: {error}") from None
+    target = PostgreSQLTarget(conninfo="")
+    passed_on: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for name, value in query:
+        if name in seen:
+            raise InvalidArgumentError(f"option {name!r} given twice in the PostgreSQL URL")
+        seen.add(name)
+        if name == "schema":
+            if not IDENTIFIER.fullmatch(value):
+                raise InvalidArgumentError(
+                    f"schema must match [a-z_][a-z0-9_]{{0,62}}, not {value!r}"
+                )
+            target = replace(target, schema=value)
+        elif name == "pool_min_size":
+            target = replace(target, pool_min_size=_whole(name, value, 0, _MAX_POOL_SIZE))
+        elif name == "pool_max_size":
+            target = replace(target, pool_max_size=_whole(name, value, 1, _MAX_POOL_SIZE))
+        elif name == "ef_search":
+            target = replace(target, ef_search=_whole(name, value, 1, _MAX_EF_SEARCH))
+        elif name == "pool_timeout":
+            target = replace(target, pool_timeout=_seconds(name, value))
+        else:
+            passed_on.append((name, value))
+    if target.pool_max_size < max(1, target.pool_min_size):
+        raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
+    if not any(name == "application_name" for name, _ in passed_on):
+        passed_on.append(("application_name", "convostore"))
+    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed_on), ""))
+    return replace(target, conninfo=conninfo)
+
+
+def _whole(name: str, value: str, lowest: int, highest: int) -> int:
+    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= highest:
+        raise InvalidArgumentError(
+            f"{name} must be a whole number from {lowest} to {highest}, not {value!r}"
+        )
+    return int(value)
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise InvalidArgumentError(f"{name} must be a number of seconds up to 3600, not {value!r}")
+    return seconds
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
