@@ -168,6 +168,35 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE INDEX events_by_model ON events (embedding_model)
             WHERE type = 'MESSAGE' AND embedding IS NOT NULL""",
     ),
+    (
+        # What lets a store keep the vectors in memory and stay exact: every change to
+        # events other than an insert moves this counter, in the same transaction, from
+        # whichever connection or process makes it. Between two moves the table only
+        # grows, and rowids only grow with it (a rowid can be reused only after a
+        # delete), so the rows above the largest rowid a cache has seen are all that is
+        # new. Any delete counts, with a vector or not, for that reason.
+        """CREATE TABLE vector_generation (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            generation INTEGER NOT NULL
+        )""",
+        "INSERT INTO vector_generation (id, generation) VALUES (1, 0)",
+        """CREATE TRIGGER events_vector_update
+            AFTER UPDATE OF type, session_id, role, embedding, embedding_model ON events
+            WHEN OLD.embedding IS NOT NULL OR NEW.embedding IS NOT NULL
+        BEGIN
+            UPDATE vector_generation SET generation = generation + 1 WHERE id = 1;
+        END""",
+        """CREATE TRIGGER events_vector_delete AFTER DELETE ON events
+        BEGIN
+            UPDATE vector_generation SET generation = generation + 1 WHERE id = 1;
+        END""",
+        # A cache holds each vector's owner: it is not expected to change, but if it
+        # does, the caches are rebuilt rather than wrong.
+        """CREATE TRIGGER sessions_owner_update AFTER UPDATE OF owner_id ON sessions
+        BEGIN
+            UPDATE vector_generation SET generation = generation + 1 WHERE id = 1;
+        END""",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
