@@ -26,6 +26,7 @@ __all__ = [
     "configure_connection",
     "open_connection",
     "open_pool",
+    "session_settings",
     "translate_error",
 ]
 
@@ -36,10 +37,10 @@ Connection = AsyncConnection[Any]
 # so none is ever evicted and prepared again.
 PREPARED_MAX: Final = 1024
 CONNECTION_OPTIONS: Final[dict[str, Any]] = {"autocommit": True, "prepare_threshold": 0}
-# Times are read in UTC whatever the server's default; the search path finds the store's
-# tables first, then pgvector's type and operators.
+# The settings of every connection, in one statement: (names, values).
 CONFIGURE_SESSION: Final = (
-    "SELECT set_config('search_path', %s, false), set_config('TimeZone', 'UTC', false)"
+    "SELECT set_config(setting.name, setting.value, false)"
+    " FROM unnest(%s::text[], %s::text[]) AS setting (name, value)"
 )
 
 
@@ -50,11 +51,26 @@ def _read_json_as_text(connection: Connection) -> None:
     connection.adapters.register_loader("json", TextBinaryLoader)
 
 
-async def configure_connection(connection: Connection, search_path: str) -> None:
+def session_settings(
+    search_path: str, *, ef_search: int | None, iterative_scan: bool
+) -> dict[str, str]:
+    """The settings of a store's connections: the search path finds the store's tables
+    first, then pgvector's type and operators; times are read in UTC whatever the
+    server's default; with pgvector, how wide an HNSW search walks and (pgvector 0.8)
+    that it walks on until the filters let k rows through."""
+    settings = {"search_path": search_path, "TimeZone": "UTC"}
+    if ef_search is not None:
+        settings["hnsw.ef_search"] = str(ef_search)
+    if iterative_scan:
+        settings["hnsw.iterative_scan"] = "relaxed_order"
+    return settings
+
+
+async def configure_connection(connection: Connection, settings: dict[str, str]) -> None:
     """Set up a new connection as every connection of a store is."""
     connection.prepared_max = PREPARED_MAX
     _read_json_as_text(connection)
-    await connection.execute(CONFIGURE_SESSION, (search_path,))
+    await connection.execute(CONFIGURE_SESSION, (list(settings), list(settings.values())))
 
 
 async def open_connection(target: PostgreSQLTarget) -> Connection:
@@ -65,11 +81,13 @@ async def open_connection(target: PostgreSQLTarget) -> Connection:
     return connection
 
 
-def open_pool(target: PostgreSQLTarget, search_path: str) -> AsyncConnectionPool[Connection]:
-    """The store's pool, not yet open."""
+def open_pool(
+    target: PostgreSQLTarget, settings: dict[str, str]
+) -> AsyncConnectionPool[Connection]:
+    """The store's pool, not yet open; each connection gets ``settings``."""
 
     async def configure(connection: Connection) -> None:
-        await configure_connection(connection, search_path)
+        await configure_connection(connection, settings)
 
     return AsyncConnectionPool(
         target.conninfo,

@@ -69,9 +69,14 @@ async def fetch_one(
 
 
 async def fetch_all(
-    connection: Connection, statement: str, parameters: Any = None, *, binary: bool = False
+    connection: Connection,
+    statement: str,
+    parameters: Any = None,
+    *,
+    binary: bool = False,
+    prepare: bool | None = None,
 ) -> list[Any]:
-    cursor = await connection.execute(statement, parameters, binary=binary)
+    cursor = await connection.execute(statement, parameters, binary=binary, prepare=prepare)
     return await cursor.fetchall()
 
 

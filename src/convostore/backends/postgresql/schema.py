@@ -104,7 +104,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE INDEX events_turn_starts ON events (session_id, seq)
             WHERE type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND NOT synthetic""",
         "CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'COMPACTION'",
-        "CREATE INDEX events_search ON events USING gin (search_terms)",
+        # Without fastupdate's pending list, which every search would read whole until
+        # a vacuum merges it: each insert pays for its words, each search walks the index.
+        "CREATE INDEX events_search ON events USING gin (search_terms) WITH (fastupdate = off)",
         """CREATE TABLE participants (
             session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
             user_id text COLLATE "C" NOT NULL,

@@ -65,14 +65,6 @@ REPLACE_VECTOR_INDEX: Final = (
     " ON CONFLICT (id) DO UPDATE SET"
     " dimensions = excluded.dimensions, metric = excluded.metric, model = excluded.model"
 )
-# Per search, inside its transaction: how wide the HNSW walk is, that it goes on until
-# the filters let k rows through, and a plan made for these very parameters (a generic
-# plan could not prove the index's model predicate from a parameter).
-SEARCH_SETTINGS: Final = (
-    "SELECT set_config('hnsw.ef_search', %s, true),"
-    " set_config('plan_cache_mode', 'force_custom_plan', true)"
-)
-ITERATIVE_SCAN: Final = "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)"
 
 # Messages with no vector of a model, of some roles, with non-blank content.
 _PENDING_WHERE = (
@@ -270,9 +262,6 @@ async def vector_search(
     model: str | None,
     k: int,
     scope: tuple[str | None, str | None, tuple[Role, ...] | None],
-    *,
-    ef_search: int,
-    iterative_scan: bool,
 ) -> list[SearchHit]:
     owner_id, session_id, roles = scope
     statement = vector_search_sql(
@@ -291,13 +280,9 @@ async def vector_search(
         "roles": None if roles is None else [role.value for role in roles],
         "k": k,
     }
-    # BEGIN, the settings, the search and COMMIT travel in one round trip.
-    async with connection.pipeline(), connection.transaction():
-        await connection.execute(SEARCH_SETTINGS, (str(max(ef_search, k)),))
-        if iterative_scan:
-            await connection.execute(ITERATIVE_SCAN)
-        cursor = await connection.execute(statement, parameters, binary=True)
-        rows = await cursor.fetchall()
+    # Planned for these very parameters, never by a generic plan: only a plan that sees
+    # the model can prove the HNSW index's model predicate, and so walk that index.
+    rows = await fetch_all(connection, statement, parameters, binary=True, prepare=False)
     hits = [
         SearchHit(message, _score(metric, row[23]))
         for row in rows

@@ -21,6 +21,7 @@ from convostore.backends.postgresql.connection import (
     is_connection_lost,
     open_connection,
     open_pool,
+    session_settings,
     translate_error,
 )
 from convostore.backends.postgresql.operations import (
@@ -133,11 +134,20 @@ class PostgreSQLStore(Store):
         store.capabilities = replace(
             store.capabilities, native_vector_index=facts.vector_schema is not None
         )
-        pool = open_pool(target, search_path(target.schema, facts.vector_schema))
+        with_vectors = facts.vector_schema is not None
+        settings = session_settings(
+            search_path(target.schema, facts.vector_schema),
+            ef_search=target.ef_search if with_vectors else None,
+            iterative_scan=with_vectors and facts.vector_version >= _ITERATIVE_SCAN_SINCE,
+        )
+        pool = open_pool(target, settings)
         store._pool = pool
         try:
-            await pool.open(wait=False)
+            await pool.open(wait=True, timeout=target.pool_timeout)
             await store._after_connect()
+        except psycopg.Error as error:
+            await pool.close()
+            raise translate_error(error, target.where) from error
         except BaseException:
             await pool.close()
             raise
@@ -354,8 +364,6 @@ class PostgreSQLStore(Store):
             model,
             k,
             (owner_id, session_id, roles),
-            ef_search=self.target.ef_search,
-            iterative_scan=self.facts.vector_version >= _ITERATIVE_SCAN_SINCE,
         )
 
     async def _text_search(

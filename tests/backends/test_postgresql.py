@@ -1,0 +1,835 @@
+"""What is the PostgreSQL backend's own: its URLs, schema and migrations, prepared
+statements and round trips, the HNSW and GIN indexes its searches walk, life without
+pgvector, a lost server, and stores on separate connections racing. What every backend
+does is the contract suite's (tests/contract)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.pq import Trace
+
+import convostore
+import convostore.store
+from convostore import (
+    BackendUnavailableError,
+    EventFilter,
+    EventIdConflictError,
+    InvalidArgumentError,
+    MessageWrite,
+    Role,
+    SchemaVersionError,
+    Store,
+    User,
+)
+from convostore.backends.postgresql import (
+    SCHEMA_VERSION,
+    PostgreSQLStore,
+    PostgreSQLTarget,
+    parse_postgresql_url,
+)
+from convostore.backends.postgresql import search as pg_search
+from convostore.backends.postgresql.rows import search_terms
+from convostore.embedding import HashingEmbedder, VectorIndexSpec
+from tests.servers.postgresql import (
+    PostgresServer,
+    ServerUnavailable,
+    TestServer,
+    shared_server,
+    stop_shared_server,
+)
+
+ADA = User("ada", "Ada")
+BOB = User("bob", "Bob")
+WRITERS = 8
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+def unavailable(reason: str) -> None:
+    if in_ci():
+        pytest.fail(f"PostgreSQL unavailable: {reason} (CI=true requires it)")
+    pytest.skip(f"PostgreSQL unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[TestServer]:
+    try:
+        started = shared_server()
+    except ServerUnavailable as why:
+        unavailable(str(why))
+        raise AssertionError("unreachable") from why
+    yield started
+    stop_shared_server()
+
+
+_schemas = itertools.count(1)
+
+
+def fresh_schema() -> str:
+    return f"backend_{os.getpid()}_{next(_schemas)}"
+
+
+def store_url(server: TestServer, schema: str, **options: object) -> str:
+    url = server.url()
+    query = "&".join([f"schema={schema}", *(f"{k}={v}" for k, v in options.items())])
+    return f"{url}{'&' if '?' in url else '?'}{query}"
+
+
+class Stores:
+    """Opens stores on one fresh schema and closes them all at teardown."""
+
+    def __init__(self, server: TestServer) -> None:
+        self.server = server
+        self.schema = fresh_schema()
+        self.opened: list[Store] = []
+
+    def url(self, **options: object) -> str:
+        return store_url(self.server, self.schema, **options)
+
+    async def open(self, **options: Any) -> PostgreSQLStore:
+        url_options = options.pop("url_options", {})
+        store = await convostore.connect(self.url(**url_options), **options)
+        assert isinstance(store, PostgreSQLStore)
+        self.opened.append(store)
+        return store
+
+    async def close(self) -> None:
+        for store in reversed(self.opened):
+            await store.close()
+
+
+@pytest.fixture
+async def stores(server: TestServer) -> AsyncIterator[Stores]:
+    opened = Stores(server)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def store(stores: Stores) -> PostgreSQLStore:
+    return await stores.open()
+
+
+async def admin_rows(server: TestServer, statement: Any, *parameters: Any) -> list[Any]:
+    """Rows read by a superuser connection of the test's own, outside any store."""
+    async with await psycopg.AsyncConnection.connect(server.url(), autocommit=True) as conn:
+        cursor = await conn.execute(statement, parameters or None)
+        return await cursor.fetchall() if cursor.description else []
+
+
+def say(content: str, **options: Any) -> MessageWrite:
+    return MessageWrite(Role.USER, content, **options)
+
+
+# ------------------------------------------------------------------ URLs
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (
+            "postgresql://u@h/db",
+            PostgreSQLTarget("postgresql://u@h/db?application_name=convostore"),
+        ),
+        (
+            "postgres://u:pw@h:5433/db?schema=chat_2&sslmode=require",
+            PostgreSQLTarget(
+                "postgresql://u:pw@h:5433/db?sslmode=require&application_name=convostore",
+                schema="chat_2",
+            ),
+        ),
+        (
+            "postgresql+psycopg://h/db?pool_min_size=0&pool_max_size=3&pool_timeout=2.5"
+            "&ef_search=40&application_name=mine",
+            PostgreSQLTarget(
+                "postgresql://h/db?application_name=mine",
+                pool_min_size=0,
+                pool_max_size=3,
+                pool_timeout=2.5,
+                ef_search=40,
+            ),
+        ),
+    ],
+)
+def test_urls_give_libpq_its_options_and_keep_ours(url: str, expected: PostgreSQLTarget) -> None:
+    assert parse_postgresql_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        "Public",
+        "chat;DROP TABLE users",
+        '"x"',
+        "a b",
+        "a-b",
+        "1abc",
+        "x" * 64,
+        "",
+        "chat%3B--",
+        "ünï",
+    ],
+)
+def test_a_schema_name_outside_the_allowlist_is_refused(schema: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="schema"):
+        parse_postgresql_url(f"postgresql://h/db?schema={schema}")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "pool_max_size=0",
+        "pool_min_size=5&pool_max_size=2",
+        "pool_min_size=-1",
+        "ef_search=0",
+        "ef_search=1001",
+        "pool_timeout=nan",
+        "pool_timeout=0",
+        "schema=a&schema=b",
+    ],
+)
+def test_bad_options_are_refused(query: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_postgresql_url(f"postgresql://h/db?{query}")
+
+
+def test_messages_name_the_server_never_the_password() -> None:
+    target = parse_postgresql_url("postgresql://u:secret@db.example:5433/chat?schema=s")
+    assert target.where == "PostgreSQL db.example:5433/chat (schema s)"
+    with pytest.raises(InvalidArgumentError) as refused:
+        parse_postgresql_url("mysql://u:secret@h/db")
+    assert "secret" not in str(refused.value)
+
+
+async def test_unknown_store_options_are_refused(server: TestServer) -> None:
+    with pytest.raises(InvalidArgumentError, match="options"):
+        await convostore.connect(store_url(server, fresh_schema()), durability="none")
+
+
+async def test_an_unreachable_server_is_unavailable() -> None:
+    with pytest.raises(BackendUnavailableError, match=r"127\.0\.0\.1:1/"):
+        await convostore.connect("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
+
+def test_a_missing_driver_names_the_extra() -> None:
+    script = (
+        "import asyncio, sys\n"
+        "sys.modules['psycopg'] = None\n"
+        "import convostore\n"
+        "try:\n"
+        "    asyncio.run(convostore.connect('postgresql://h/db'))\n"
+        "except convostore.BackendUnavailableError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'convostore[postgresql]'" in result.stdout
+
+
+# ------------------------------------------------------------------ schema
+
+
+async def test_migrations_are_recorded_in_the_store_schema(
+    server: TestServer, store: PostgreSQLStore
+) -> None:
+    schema = store.target.schema
+    versions = await admin_rows(
+        server,
+        psycopg.sql.SQL("SELECT version FROM {} ORDER BY version").format(
+            psycopg.sql.Identifier(schema, "convostore_schema")
+        ),
+    )
+    assert [v for (v,) in versions] == list(range(1, SCHEMA_VERSION + 1))
+    tables = await admin_rows(
+        server, "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY 1", schema
+    )
+    assert {"users", "sessions", "events", "vector_index"} <= {t for (t,) in tables}
+
+
+async def test_reconnecting_applies_nothing_twice_and_keeps_data(stores: Stores) -> None:
+    first = await stores.open()
+    session = await first.create_session(ADA)
+    await first.add_message(session.id, say("kept"))
+    again = await stores.open()
+    assert [m.content for m in await again.messages(session.id)] == ["kept"]
+
+
+async def test_a_newer_schema_is_refused_before_anything_is_written(
+    server: TestServer, stores: Stores
+) -> None:
+    store = await stores.open()
+    await store.close()
+    schema_table = psycopg.sql.Identifier(stores.schema, "convostore_schema")
+    await admin_rows(
+        server,
+        psycopg.sql.SQL("INSERT INTO {} (version) VALUES (%s)").format(schema_table),
+        SCHEMA_VERSION + 1,
+    )
+    with pytest.raises(SchemaVersionError, match=f"version {SCHEMA_VERSION + 1}"):
+        await convostore.connect(stores.url(), indexed_metadata=["tenant"])
+    keys = await admin_rows(
+        server,
+        psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+            psycopg.sql.Identifier(stores.schema, "indexed_metadata_keys")
+        ),
+    )
+    assert keys == [(0,)]
+
+
+async def test_stores_connecting_at_once_migrate_once(server: TestServer, stores: Stores) -> None:
+    opened = await asyncio.gather(
+        *(stores.open(embedder=HashingEmbedder(16)) for _ in range(WRITERS))
+    )
+    assert len(opened) == WRITERS
+    versions = await admin_rows(
+        server,
+        psycopg.sql.SQL("SELECT count(*) FROM {}").format(
+            psycopg.sql.Identifier(stores.schema, "convostore_schema")
+        ),
+    )
+    assert versions == [(SCHEMA_VERSION,)]
+
+
+async def test_schemas_on_one_database_are_separate_stores(server: TestServer) -> None:
+    one, other = Stores(server), Stores(server)
+    try:
+        mine = await one.open()
+        theirs = await other.open()
+        session = await mine.create_session(ADA, session_id="shared-name")
+        assert await theirs.get_session("shared-name") is None
+        await theirs.create_session(BOB, session_id="shared-name")
+        assert await mine.get_session(session.id) == session
+    finally:
+        await one.close()
+        await other.close()
+
+
+# ------------------------------------------------------------------ statements and round trips
+
+
+async def test_statements_are_prepared_on_the_server(stores: Stores) -> None:
+    store = await stores.open(url_options={"pool_max_size": 1})
+    session = await store.create_session(ADA)
+    for _ in range(2):
+        await store.add_message(session.id, say("hello"))
+        await store.read(session.id, EventFilter(last=1))
+    async with store.pool.connection() as connection:
+        cursor = await connection.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = {row[0] for row in await cursor.fetchall()}
+    assert any(statement.startswith("WITH missing_users AS") for statement in prepared)
+    assert any("window_rows AS" in statement for statement in prepared)
+
+
+def count_syncs(trace: str) -> int:
+    """Round trips: each ends with the client's Sync (a pipeline sends one for all)."""
+    return len(re.findall(r"^F\t\d+\tSync", trace, re.MULTILINE))
+
+
+async def test_every_hot_operation_is_one_round_trip(stores: Stores) -> None:
+    # One connection, so the trace sees every statement.
+    store = await stores.open(
+        embedder=HashingEmbedder(32), url_options={"pool_min_size": 1, "pool_max_size": 1}
+    )
+    session = await store.create_session(ADA)
+    batches = await store.create_session(ADA)
+    batch_versions = itertools.count()
+    operations: dict[str, Callable[[], Awaitable[object]]] = {
+        "add_message": lambda: store.add_message(session.id, say("hello there", author=ADA)),
+        "append_events": lambda: store.append_events(
+            batches.id, [say("a"), say("b")], next(batch_versions)
+        ),
+        "read": lambda: store.read(session.id),
+        "read last": lambda: store.read(session.id, EventFilter(last=2, text="HELLO")),
+        "read active view": lambda: store.read(session.id, EventFilter(active_view=True)),
+        "get_session": lambda: store.get_session(session.id),
+        "list_summaries": lambda: store.list_summaries("ada"),
+        "version": lambda: store.version(session.id),
+        "vector search": lambda: store.search("hello", k=3),
+        "text search": lambda: store.search("hello", mode="text", k=3),
+        "set_narration": lambda: store.set_narration(session.id, "x", "y"),
+    }
+    for operation in operations.values():  # First uses prepare their statements.
+        await operation()
+    with tempfile.TemporaryFile("w+") as trace:
+        async with store.pool.connection() as connection:
+            connection.pgconn.trace(trace.fileno())
+            connection.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        trips: dict[str, int] = {}
+        for name, operation in operations.items():
+            start = os.lseek(trace.fileno(), 0, os.SEEK_END)
+            await operation()
+            trace.seek(start)
+            trips[name] = count_syncs(trace.read())
+        async with store.pool.connection() as connection:
+            connection.pgconn.untrace()
+    assert trips == dict.fromkeys(operations, 1)
+
+
+# ------------------------------------------------------------------ vector index
+
+
+async def hnsw_definition(server: TestServer, schema: str) -> str | None:
+    rows = await admin_rows(
+        server,
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+        schema,
+        pg_search.HNSW_INDEX,
+    )
+    return rows[0][0] if rows else None
+
+
+class EuclideanEmbedder(HashingEmbedder):
+    metric = "euclidean"
+
+
+async def test_the_hnsw_index_has_the_embedders_width_and_metric(
+    server: TestServer, stores: Stores
+) -> None:
+    embedder = HashingEmbedder(48)
+    store = await stores.open(embedder=embedder)
+    definition = await hnsw_definition(server, stores.schema)
+    assert definition is not None
+    assert "USING hnsw" in definition
+    assert "vector(48)" in definition
+    assert "vector_cosine_ops" in definition
+    assert f"embedding_model = '{embedder.name}'::text" in definition
+    assert store.capabilities.native_vector_index
+    # Idempotent: connecting again changes nothing.
+    await stores.open(embedder=HashingEmbedder(48))
+    assert await hnsw_definition(server, stores.schema) == definition
+
+
+async def test_a_euclidean_embedder_gets_the_l2_operator_class(
+    server: TestServer, stores: Stores
+) -> None:
+    await stores.open(embedder=EuclideanEmbedder(24))
+    definition = await hnsw_definition(server, stores.schema)
+    assert definition is not None
+    assert "vector(24)" in definition
+    assert "vector_l2_ops" in definition
+
+
+async def test_a_model_name_is_a_quoted_literal_in_the_index(
+    server: TestServer, stores: Stores
+) -> None:
+    embedder = HashingEmbedder(16)
+    embedder.name = "it's'); DROP TABLE events; --"
+    store = await stores.open(embedder=embedder)
+    session = await store.create_session(ADA)
+    await store.add_message(session.id, say("still here"))
+    assert (await store.search("still here", k=1))[0].message.content == "still here"
+    definition = await hnsw_definition(server, stores.schema)
+    assert definition is not None
+    assert "'it''s''); DROP TABLE events; --'::text" in definition
+
+
+async def test_reembed_recreates_the_index_for_the_new_model(
+    server: TestServer, stores: Stores
+) -> None:
+    store = await stores.open(embedder=HashingEmbedder(48))
+    session = await store.create_session(ADA)
+    for text in ["router reset", "capital of France", "lentil curry"]:
+        await store.add_message(session.id, say(text))
+    report = await store.reembed(HashingEmbedder(32))
+    assert report.index_recreated
+    assert report.messages == 3
+    definition = await hnsw_definition(server, stores.schema)
+    assert definition is not None
+    assert "vector(32)" in definition
+    assert "hashing-embedder-32" in definition
+    assert await store._vector_index_spec() == VectorIndexSpec(32, "cosine", "hashing-embedder-32")
+    hits = await store.search("capital of France", k=1)
+    assert hits[0].message.content == "capital of France"
+    # A rerun with the same model keeps the index and touches nothing.
+    again = await store.reembed()
+    assert (again.messages, again.index_recreated) == (0, False)
+
+
+async def test_drift_is_reported_and_the_index_kept(server: TestServer, stores: Stores) -> None:
+    await stores.open(embedder=HashingEmbedder(48))
+    narrow = await stores.open(embedder=HashingEmbedder(16))
+    assert narrow.vector_index_drift is not None
+    definition = await hnsw_definition(server, stores.schema)
+    assert definition is not None
+    assert "vector(48)" in definition
+
+
+async def explain(store: PostgreSQLStore, statement: str, parameters: dict[str, Any]) -> str:
+    async with store.pool.connection() as connection:
+        cursor = await connection.execute("EXPLAIN " + statement, parameters, prepare=False)
+        return "\n".join(row[0] for row in await cursor.fetchall())
+
+
+async def seed_many(store: PostgreSQLStore, sessions: int, per_session: int) -> list[str]:
+    """Sessions of Ada's and Bob's with ``per_session`` messages each, in batches."""
+    words = ["router", "password", "capital", "france", "lentil", "spinach", "cumin", "paris"]
+    ids = []
+    for number in range(sessions):
+        owner = ADA if number % 2 else BOB
+        session = await store.create_session(owner)
+        ids.append(session.id)
+        writes = [
+            say(f"{words[(number + i) % 8]} {words[(i * 3) % 8]} message {number} {i}")
+            for i in range(per_session)
+        ]
+        # A rare word, as most words a search looks for are.
+        writes[0] = say(f"saffron lentil rice {number}")
+        await store.append_events(session.id, writes, 0)
+    async with store.pool.connection() as connection:
+        await connection.execute("ANALYZE events")
+        await connection.execute("ANALYZE sessions")
+    return ids
+
+
+async def test_vector_search_walks_the_hnsw_index(stores: Stores) -> None:
+    embedder = HashingEmbedder(32)
+    store = await stores.open(embedder=embedder)
+    await seed_many(store, sessions=20, per_session=100)
+    vector = await embedder.embed(["router password"])
+    for owner in (False, True):
+        statement = pg_search.vector_search_sql("cosine", 32, True, owner, False, False)
+        plan = await explain(
+            store,
+            statement,
+            {"vector": pg_search._query_vector(vector[0]), "model": embedder.name, "k": 10}
+            | {"owner_id": "ada", "session_id": None, "roles": None},
+        )
+        assert f"Index Scan using {pg_search.HNSW_INDEX}" in plan, plan
+    hits = await store.search("router password", owner_id="ada", k=10)
+    assert len(hits) == 10
+    assert all(hit.message.content.startswith(("router", "password")) for hit in hits[:2])
+
+
+async def test_a_filtered_vector_search_still_returns_k_hits(stores: Stores) -> None:
+    """pgvector's iterative scan walks on past ef_search until the owner filter lets k
+    rows through."""
+    store = await stores.open(embedder=HashingEmbedder(32), url_options={"ef_search": 10})
+    await seed_many(store, sessions=20, per_session=50)
+    hits = await store.search("capital france", owner_id="ada", k=200)
+    assert len(hits) == 200
+    assert {hit.message.session_id for hit in hits} <= {
+        s.id for s in (await store.list_sessions("ada", convostore.PageRequest(100))).items
+    }
+
+
+async def test_text_search_walks_the_gin_index(stores: Stores) -> None:
+    store = await stores.open()
+    await seed_many(store, sessions=20, per_session=100)
+    for owner in (False, True):
+        plan = await explain(
+            store,
+            pg_search.text_search_sql(owner, False, False),
+            {
+                "query": "'saffron' & 'lentil'",
+                "terms": ["saffron", "lentil"],
+                "owner_id": "ada",
+                "session_id": None,
+                "roles": None,
+                "k": 10,
+            },
+        )
+        assert "events_search" in plan, plan
+    hits = await store.search("LENTIL cumin", k=5)
+    assert len(hits) == 5
+    assert all({"lentil", "cumin"} <= set(hit.message.content.split()) for hit in hits)
+
+
+def test_search_terms_are_the_words_every_backend_sees() -> None:
+    terms, length = search_terms("Café au LAIT, café! l'été straße")
+    assert terms is not None
+    assert set(re.findall(r"'([^']+)'", terms)) == {"cafe", "au", "lait", "l", "ete", "strasse"}
+    assert "'cafe':1,2" in terms
+    assert length == 7
+    assert search_terms("  ...  ") == (None, None)
+    huge, _ = search_terms("x" * 5000 + " short")
+    assert huge == "'short':1"
+
+
+# ------------------------------------------------------------------ without pgvector
+
+
+@pytest.fixture
+async def plain_database(server: TestServer) -> str:
+    """A database owned by a role that is not a superuser: it may create schemas and
+    tables, not the (untrusted) vector extension."""
+    if not isinstance(server, PostgresServer):
+        pytest.skip("needs a server of the test's own to create roles on")
+    suffix = f"{os.getpid()}_{next(_schemas)}"
+    role, database = f"plain_{suffix}", f"plain_{suffix}"
+    await admin_rows(
+        server, psycopg.sql.SQL("CREATE ROLE {} LOGIN").format(psycopg.sql.Identifier(role))
+    )
+    await admin_rows(
+        server,
+        psycopg.sql.SQL("CREATE DATABASE {} OWNER {}").format(
+            psycopg.sql.Identifier(database), psycopg.sql.Identifier(role)
+        ),
+    )
+    return server.url(database, user=role) + "?schema=chat"
+
+
+async def test_without_pgvector_everything_but_vector_search_works(
+    plain_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="convostore.postgresql"):
+        store = await convostore.connect(plain_database, embedder=HashingEmbedder(16))
+    try:
+        assert "CREATE EXTENSION vector" in caplog.text
+        assert not store.capabilities.native_vector_index
+        assert store.vector_index == VectorIndexSpec(16, "cosine", "hashing-embedder-16")
+        session = await store.create_session(ADA)
+        message = await store.add_message(session.id, say("router password reset"))
+        assert message.embedding is not None
+        [stored] = await store.messages(session.id)
+        assert stored.embedding == message.embedding
+        assert [h.message.id for h in await store.search("router", mode="text")] == [message.id]
+        with pytest.raises(BackendUnavailableError, match="extension 'vector'"):
+            await store.search("router password", mode="vector")
+        with pytest.raises(BackendUnavailableError, match="pgvector"):
+            await store.search("router password", mode="hybrid")
+    finally:
+        await store.close()
+
+
+# ------------------------------------------------------------------ errors and a lost server
+
+
+async def test_text_postgresql_cannot_hold_is_a_bad_argument(store: PostgreSQLStore) -> None:
+    session = await store.create_session(ADA)
+    with pytest.raises(InvalidArgumentError):
+        await store.add_message(session.id, say("nul \x00 inside"))
+    assert await store.read(session.id) == []
+    assert await store.version(session.id) == 0
+
+
+async def test_a_failed_append_writes_nothing(store: PostgreSQLStore) -> None:
+    mine = await store.create_session(ADA)
+    other = await store.create_session(BOB)
+    await store.add_message(other.id, say("taken", id="taken"))
+    carol = User("carol", "Carol")
+    with pytest.raises(EventIdConflictError):
+        await store.append_events(
+            mine.id, [say("first", author=carol), say("clash", id="taken")], 0
+        )
+    assert await store.read(mine.id) == []
+    assert await store.version(mine.id) == 0
+    assert await store.get_user("carol") is None
+    assert await store.participants(mine.id) == []
+
+
+async def test_huge_window_bounds_mean_no_bound(store: PostgreSQLStore) -> None:
+    session = await store.create_session(ADA)
+    await store.add_message(session.id, say("one"))
+    huge = 2**70
+    assert len(await store.read(session.id, EventFilter(limit=huge))) == 1
+    assert len(await store.read(session.id, EventFilter(last=huge))) == 1
+    assert await store.read(session.id, EventFilter(after_seq=huge)) == []
+
+
+async def test_a_killed_connection_is_unavailable_and_the_pool_recovers(
+    server: TestServer, stores: Stores
+) -> None:
+    store = await stores.open(url_options={"pool_min_size": 2, "pool_max_size": 2})
+    session = await store.create_session(ADA)
+    await asyncio.gather(*(store.add_message(session.id, say(str(i))) for i in range(4)))
+    await admin_rows(
+        server,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE application_name = 'convostore' AND pid <> pg_backend_pid()"
+        " AND query NOT LIKE 'SELECT pg_terminate_backend%%'",
+    )
+    failures: list[BackendUnavailableError] = []
+    for attempt in range(20):
+        try:
+            await store.add_message(session.id, say(f"after {attempt}"))
+            break
+        except BackendUnavailableError as error:
+            failures.append(error)
+    else:
+        pytest.fail("the pool never recovered")
+    assert all(isinstance(f.__cause__, psycopg.OperationalError) for f in failures)
+    assert len(failures) <= 2  # at most one per pooled connection
+    assert await store.version(session.id) == 5
+
+
+async def test_appends_that_returned_survive_a_server_restart() -> None:
+    """Writers append while the server restarts: those appends fail as
+    `BackendUnavailableError`, the pool reconnects, and every append that returned is in
+    the log afterwards, with no gap and no half-written batch."""
+    try:
+        own = PostgresServer()
+        own.start()
+    except ServerUnavailable as why:
+        unavailable(str(why))
+        return
+    try:
+        url = own.url() + "?schema=restart&pool_max_size=4&pool_timeout=20"
+        store = await convostore.connect(url)
+        try:
+            session = await store.create_session(ADA)
+            returned: list[str] = []
+            failed: list[BaseException] = []
+            stop = asyncio.Event()
+
+            async def writer(number: int) -> None:
+                for count in itertools.count():
+                    if stop.is_set():
+                        return
+                    writes = [say(f"{number}-{count}-a"), say(f"{number}-{count}-b")]
+                    try:
+                        version = await store.version(session.id)
+                        if await store.append_events(session.id, writes, version):
+                            returned.append(f"{number}-{count}")
+                    except BackendUnavailableError as error:
+                        failed.append(error)
+                        await asyncio.sleep(0.05)
+
+            writers = [asyncio.create_task(writer(n)) for n in range(4)]
+            await asyncio.sleep(0.5)
+            before = len(returned)
+            await asyncio.to_thread(own.restart)
+            recovered = asyncio.Event()
+            wanted = before + 20
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(_until(lambda: len(returned) >= wanted, recovered), 30)
+            stop.set()
+            await asyncio.gather(*writers)
+            assert failed, "the restart went unnoticed"
+            assert len(returned) >= before + 20, "the pool did not recover"
+            log = await store.read(session.id)
+            assert [event.seq for event in log] == list(range(1, len(log) + 1))
+            assert await store.version(session.id) == len(log) // 2
+            contents = [event.content for event in log if isinstance(event, convostore.Message)]
+            # Batches are whole: each a pair, next to each other.
+            assert all(a[:-1] == b[:-1] for a, b in zip(contents[::2], contents[1::2], strict=True))
+            assert {c[:-2] for c in contents} >= set(returned)
+        finally:
+            await store.close()
+    finally:
+        own.stop()
+
+
+async def _until(condition: Callable[[], bool], done: asyncio.Event) -> None:
+    while not condition():  # noqa: ASYNC110 - the condition is another task's progress
+        await asyncio.sleep(0.1)
+    done.set()
+
+
+# ------------------------------------------------------------------ stores racing
+
+
+@pytest.fixture
+async def peers(stores: Stores) -> list[PostgreSQLStore]:
+    """Eight stores, each with its own pool, on one schema."""
+    return list(await asyncio.gather(*(stores.open() for _ in range(WRITERS))))
+
+
+async def test_create_if_absent_races_across_connections(peers: list[PostgreSQLStore]) -> None:
+    await peers[0].put_user(ADA)
+    results = await asyncio.gather(
+        *(p.create_session_if_absent("ada", session_id="race") for p in peers)
+    )
+    assert sorted(results) == [False] * (WRITERS - 1) + [True]
+
+
+async def test_one_batch_wins_a_version_across_connections(peers: list[PostgreSQLStore]) -> None:
+    session = await peers[0].create_session(ADA)
+    results = await asyncio.gather(
+        *(
+            p.append_events(session.id, [say(f"{i}-a"), say(f"{i}-b")], 0)
+            for i, p in enumerate(peers)
+        )
+    )
+    assert sorted(results) == [False] * (WRITERS - 1) + [True]
+    assert await peers[0].version(session.id) == 1
+    assert [e.seq for e in await peers[0].read(session.id)] == [1, 2]
+
+
+async def test_appends_across_connections_get_gap_free_seqs(peers: list[PostgreSQLStore]) -> None:
+    session = await peers[0].create_session(ADA)
+
+    async def writer(peer: PostgreSQLStore, number: int) -> list[int]:
+        return [(await peer.add_message(session.id, say(f"{number}-{n}"))).seq for n in range(10)]
+
+    seqs = await asyncio.gather(*(writer(p, i) for i, p in enumerate(peers)))
+    assert all(s == sorted(s) for s in seqs)
+    assert sorted(itertools.chain(*seqs)) == list(range(1, 10 * WRITERS + 1))
+    assert await peers[0].version(session.id) == 10 * WRITERS
+
+
+async def test_retries_across_connections_store_an_event_once(
+    peers: list[PostgreSQLStore],
+) -> None:
+    session = await peers[0].create_session(ADA)
+    returned = await asyncio.gather(
+        *(p.add_message(session.id, say(f"attempt {i}", id="once")) for i, p in enumerate(peers))
+    )
+    [stored] = await peers[0].read(session.id)
+    assert all(message == stored for message in returned)
+    assert await peers[0].version(session.id) == 1
+
+
+async def test_delete_expired_races_extensions_across_connections(
+    peers: list[PostgreSQLStore],
+) -> None:
+    now = datetime(2024, 6, 1, tzinfo=UTC)
+    sessions = [
+        await peers[0].create_session(ADA, expires_at=now - timedelta(days=1))
+        for _ in range(WRITERS * 4)
+    ]
+
+    async def extend(index: int) -> bool:
+        later = replace(sessions[index], expires_at=now + timedelta(days=1))
+        try:
+            await peers[index % WRITERS].update_session(later)
+        except convostore.StoreError:
+            return False
+        return True
+
+    deleted, *extended = await asyncio.gather(
+        peers[0].delete_expired(before=now), *(extend(i) for i in range(len(sessions)))
+    )
+    for session, was_extended in zip(sessions, extended, strict=True):
+        current = await peers[1].get_session(session.id)
+        assert (current is not None) == was_extended
+    assert deleted == extended.count(False)
+
+
+async def test_last_activity_never_moves_back_across_connections(
+    peers: list[PostgreSQLStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await peers[0].create_session(ADA)
+    late = datetime(2030, 1, 1, tzinfo=UTC)
+    monkeypatch.setattr(convostore.store, "utc_now", lambda: late)
+    await peers[0].add_message(session.id, say("from a fast clock"))
+    clocks = [late - timedelta(minutes=n) for n in range(1, WRITERS)]
+
+    async def lagging(peer: PostgreSQLStore, when: datetime) -> None:
+        write = say(f"at {when}", created_at=when)
+        # The append as a writer whose clock lags would prepare it.
+        prepared = peer._prepare_append(session.id, [write], expected_version=None)
+        await peer._append(replace(prepared, activity_at=when))
+
+    await asyncio.gather(*(lagging(p, c) for p, c in zip(peers[1:], clocks, strict=True)))
+    current = await peers[0].get_session(session.id)
+    assert current is not None
+    assert current.last_activity_at == late
+    assert await peers[0].version(session.id) == WRITERS
