@@ -210,6 +210,15 @@ def test_bad_options_are_refused(query: str) -> None:
         parse_postgresql_url(f"postgresql://h/db?{query}")
 
 
+async def test_libpq_options_reach_the_server_as_written(stores: Stores) -> None:
+    store = await stores.open(
+        url_options={"options": "-c%20statement_timeout%3D4321", "pool_max_size": 1}
+    )
+    async with store.pool.connection() as connection:
+        cursor = await connection.execute("SHOW statement_timeout")
+        assert await cursor.fetchone() == ("4321ms",)
+
+
 def test_messages_name_the_server_never_the_password() -> None:
     target = parse_postgresql_url("postgresql://u:secret@db.example:5433/chat?schema=s")
     assert target.where == "PostgreSQL db.example:5433/chat (schema s)"

@@ -16,10 +16,10 @@ from convostore.backends.postgresql import statements as sql
 from convostore.backends.postgresql.connection import Connection
 from convostore.backends.postgresql.rows import (
     event_from_row,
-    event_parameters,
+    events_json,
     session_from_row,
-    user_parameters,
     user_values,
+    users_json,
 )
 from convostore.errors import (
     EventIdConflictError,
@@ -135,7 +135,7 @@ async def insert_session(
             "metadata": new.metadata_json,
             "stamp": session.stamp,
             "required_users": _unconfirmed_users(new.users_to_insert, new.required_user_ids),
-            **user_parameters(new.users_to_insert),
+            "users": users_json(new.users_to_insert),
             **_entries(new.indexed_metadata),
         },
     )
@@ -226,8 +226,8 @@ async def append(connection: Connection, prepared: PreparedAppend) -> AppendOutc
         "started_by": prepared.started_by,
         "expected_version": prepared.expected_version,
         "required_users": required,
-        **user_parameters(prepared.users_to_insert),
-        **event_parameters(events),
+        "users": users_json(prepared.users_to_insert),
+        "events": events_json(events),
     }
     for _ in range(_APPEND_ATTEMPTS):
         try:

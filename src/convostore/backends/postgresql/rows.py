@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -22,14 +23,14 @@ from convostore.store import PreparedEvent
 
 __all__ = [
     "event_from_row",
-    "event_parameters",
+    "events_json",
     "search_terms",
     "session_from_row",
     "summary_from_row",
     "tsquery",
     "user_from_row",
-    "user_parameters",
     "user_values",
+    "users_json",
     "vector_text",
 ]
 
@@ -44,24 +45,6 @@ MAX_LEXEMES_BYTES: Final = (1 << 20) - 1
 def user_values(user: User) -> tuple[Any, ...]:
     metadata = _json.dumps(dict(user.metadata), "user.metadata")
     return (user.id, user.display_name, user.username, user.email, user.kind, metadata)
-
-
-def user_parameters(users: Iterable[User]) -> dict[str, list[Any]]:
-    """The ``user_*`` arrays of the statements that insert users if absent."""
-    rows = [user_values(user) for user in users]
-    return {
-        name: [row[index] for row in rows]
-        for index, name in enumerate(
-            (
-                "user_ids",
-                "user_names",
-                "user_usernames",
-                "user_emails",
-                "user_kinds",
-                "user_metadata",
-            )
-        )
-    }
 
 
 def user_from_row(row: Sequence[Any], start: int = 0) -> User | None:
@@ -147,60 +130,57 @@ def tsquery(terms: Sequence[str]) -> str | None:
     return " & ".join(_lexeme(term) for term in terms)
 
 
-def event_parameters(events: Sequence[PreparedEvent]) -> dict[str, list[Any]]:
-    """The arrays `statements.APPEND` unnests (``event_`` and the column's name), one
-    entry per event, in order."""
-    columns: dict[str, list[Any]] = {
-        name: []
-        for name in (
-            "id", "type", "created_at", "branch", "metadata", "payload", "synthetic", "role",
-            "content", "author_id", "recipient_ids", "in_reply_to", "tool_calls",
-            "tool_call_id", "attachments", "data", "assets", "narration", "embedding",
-            "embedding_model", "stamp", "search_terms", "search_length",
-        )
-    }  # fmt: skip
+def events_json(events: Sequence[PreparedEvent]) -> str:
+    """The JSON document `statements.APPEND` reads the events from, in order: one object
+    per event, keyed by column (`statements.APPENDED_FIELDS`). JSON columns travel as
+    their text, so they are stored exactly as encoded; a vector as array text."""
+    rows: list[dict[str, Any]] = []
     for prepared in events:
         event = prepared.event
-        columns["id"].append(event.id)
-        columns["type"].append(event.type)
-        columns["created_at"].append(event.created_at)
-        columns["branch"].append(event.branch)
-        columns["metadata"].append(prepared.metadata_json)
-        columns["payload"].append(prepared.payload_json)
-        columns["synthetic"].append(event.synthetic)
+        row: dict[str, Any] = {
+            "id": event.id,
+            "type": event.type,
+            "created_at": event.created_at.isoformat(),
+            "branch": event.branch,
+            "metadata": prepared.metadata_json,
+            "payload": prepared.payload_json,
+            "synthetic": event.synthetic,
+        }
         parts = prepared.message_json
         if isinstance(event, Message) and parts is not None:
             terms, length = search_terms(event.content)
-            message: tuple[Any, ...] = (
-                event.role.value,
-                event.content,
-                event.author_id,
-                parts.recipient_ids,
-                event.in_reply_to,
-                parts.tool_calls,
-                event.tool_call_id,
-                parts.attachments,
-                parts.data,
-                parts.assets,
-                event.narration,
-                None if event.embedding is None else vector_text(event.embedding),
-                event.embedding_model,
-                event.stamp,
-                terms,
-                length,
+            row.update(
+                role=event.role.value,
+                content=event.content,
+                author_id=event.author_id,
+                recipient_ids=parts.recipient_ids,
+                in_reply_to=event.in_reply_to,
+                tool_calls=parts.tool_calls,
+                tool_call_id=event.tool_call_id,
+                attachments=parts.attachments,
+                data=parts.data,
+                assets=parts.assets,
+                narration=event.narration,
+                embedding=None if event.embedding is None else vector_text(event.embedding),
+                embedding_model=event.embedding_model,
+                stamp=event.stamp,
+                search_terms=terms,
+                search_length=length,
             )
-        else:
-            message = (None,) * 16
-        for name, value in zip(_MESSAGE_COLUMNS, message, strict=True):
-            columns[name].append(value)
-    return {f"event_{name}": values for name, values in columns.items()}
+        rows.append(row)
+    return _encode(rows)
 
 
-_MESSAGE_COLUMNS: Final = (
-    "role", "content", "author_id", "recipient_ids", "in_reply_to", "tool_calls",
-    "tool_call_id", "attachments", "data", "assets", "narration", "embedding",
-    "embedding_model", "stamp", "search_terms", "search_length",
-)  # fmt: skip
+def users_json(users: Iterable[User]) -> str:
+    """The JSON document of the users a statement inserts if absent."""
+    return _encode(
+        [dict(zip(_USER_KEYS, values, strict=True)) for values in map(user_values, users)]
+    )
+
+
+_USER_KEYS: Final = ("id", "display_name", "username", "email", "kind", "metadata")
+# The document's strings are checked Unicode already; keys and values need no sorting.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def event_from_row(row: Sequence[Any], start: int = 0) -> Event:

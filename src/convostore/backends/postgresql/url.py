@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from typing import Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from convostore.errors import InvalidArgumentError
 
@@ -103,7 +103,9 @@ def parse_postgresql_url(url: str) -> PostgreSQLTarget:
         raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
     if not any(name == "application_name" for name, _ in passed_on):
         passed_on.append(("application_name", "convostore"))
-    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(passed_on), ""))
+    # Percent-encoded throughout: libpq reads no "+" as a space.
+    query_text = urlencode(passed_on, quote_via=quote)
+    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, query_text, ""))
     return replace(target, conninfo=conninfo)
 
 
