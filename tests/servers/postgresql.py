@@ -139,6 +139,7 @@ class PostgresServer:
         try:
             if self._run_as:
                 shutil.chown(self.directory, self.system_user)
+                self._bin = self._binaries_the_user_can_run()
             self._command(
                 "initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust",
                 "--encoding=UTF8", "--locale-provider=builtin", "--builtin-locale=C.UTF-8",
@@ -195,6 +196,31 @@ class PostgresServer:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 
     # ---------------------------------------------------------------- internals
+
+    def _binaries_the_user_can_run(self) -> Path:
+        """The binaries, or a copy of their installation in the server's directory when
+        the system user cannot reach them where they are (a checkout under a private
+        directory). PostgreSQL finds its share files beside its binaries, and the
+        binaries their libraries in the wheel's ``*.libs`` directory beside the package
+        (their RPATH), so the copy keeps that layout."""
+        probe = subprocess.run(
+            [*self._run_as, "test", "-x", str(self._bin / "postgres")],
+            capture_output=True,
+            check=False,
+        )
+        if probe.returncode == 0:
+            return self._bin
+        assert self.directory is not None
+        installation = self._bin.parent  # .../site-packages/pgserver/pginstall
+        site_packages = installation.parent.parent
+        copy = self.directory / "install"
+        shutil.copytree(installation, copy / installation.parent.name / installation.name)
+        for libraries in site_packages.glob("pgserver*.libs"):
+            shutil.copytree(libraries, copy / libraries.name)
+        user_id = pwd.getpwnam(self.system_user).pw_uid
+        for path in [copy, *copy.rglob("*")]:
+            os.chown(path, user_id, -1, follow_symlinks=False)
+        return copy / installation.parent.name / installation.name / "bin"
 
     def _start_on_a_free_port(self) -> None:
         for attempt in itertools.count(1):
