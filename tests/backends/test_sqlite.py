@@ -1252,3 +1252,19 @@ async def test_close_drops_the_cached_vectors(db_path: Path) -> None:
     assert store._vector_cache._table is not None
     await store.close()
     assert store._vector_cache._table is None
+
+
+async def test_the_cache_serves_a_memory_database() -> None:
+    store = await SQLiteStore.open("sqlite:///:memory:", embedder=HashingEmbedder(WIDTH))
+    try:
+        rng = random.Random(15)
+        sessions = [await vector_session(store, rng, owner) for owner in (ADA, BOB)]
+        await assert_exact(store, rng, sessions)
+        write = vector_write(rng)
+        message = await store.add_message(sessions[0], write)
+        assert await is_nearest(store, write.embedding, message.id)
+        assert await store.delete_session(sessions[0])
+        assert message.id not in await found_ids(store)
+        await assert_exact(store, rng, sessions[1:])
+    finally:
+        await store.close()

@@ -5,10 +5,10 @@ Text search runs on an FTS5 index of message content (schema version 2).
 Vector search is an exact scan of a `VectorCache`: the store keeps the vectors of the
 searched (model, width) in memory as one float32 matrix, with each row's rowid, norm,
 session, owner and role, and ranks them with one matrix product; only the k best rows
-are then read whole. The cache costs ``rows x (4 x dimensions + 24)`` bytes, about
-155 MB for 100,000 vectors of 384 dimensions, per store object (and up to half as much
-again as headroom for appends); it is built by the first vector search and dropped at
-close.
+are then read whole. The cache costs ``rows x (4 x dimensions + 21)`` bytes, about
+156 MB for 100,000 vectors of 384 dimensions, per store object, plus room for appends
+(an eighth when built, up to half when grown); it is built by the first vector search,
+and dropped at close.
 
 Each search brings the cache to its own read snapshot before it ranks, so it answers
 exactly what a scan of the database would. Schema version 3 keeps a generation counter
@@ -274,6 +274,7 @@ RoleCodes = npt.NDArray[np.int8]
 # Vectors read from the database per fetch while the cache is filled.
 _FETCH = 4096
 _NO_OWNER = -1
+_ABSENT = -2  # what a scope names that no cached row has
 _BEFORE_ALL = -(2**63)  # below every rowid
 
 
@@ -328,7 +329,8 @@ class _VectorTable:
     def __init__(self, key: CacheKey, generation: int, capacity: int) -> None:
         self.key = key
         self.generation = generation
-        self.watermark = _BEFORE_ALL  # The highest rowid of events in the newest snapshot applied.
+        # The highest rowid of events in the newest snapshot applied.
+        self.watermark = _BEFORE_ALL
         self.count = 0
         self.rowids: Rowids = np.empty(capacity, dtype=np.int64)
         self.matrix: Matrix = np.empty((capacity, key[1]), dtype=np.float32)
@@ -408,14 +410,14 @@ class _VectorTable:
         if top < self.watermark:
             # An older snapshot of this generation holds the rows up to its top.
             count = int(np.searchsorted(self.rowids[:count], top, side="right"))
-        session = None if session_id is None else self.session_codes.get(session_id, -1)
-        owner = None if owner_id is None else self.owner_codes.get(owner_id, -1)
+        session = None if session_id is None else self.session_codes.get(session_id, _ABSENT)
+        owner = None if owner_id is None else self.owner_codes.get(owner_id, _ABSENT)
         role_codes = None
         if roles is not None:
             role_codes = tuple(
                 self.role_codes[r.value] for r in roles if r.value in self.role_codes
             )
-        if session == -1 or owner == -1 or role_codes == ():
+        if session == _ABSENT or owner == _ABSENT or role_codes == ():
             count = 0
         return Candidates(
             self.rowids[:count],

@@ -80,7 +80,7 @@ class SQLiteStore(Store):
     threads each own one that reads, which WAL lets run while the writer writes. Open it
     with `open`, which migrates the schema.
 
-    Vector search keeps the vectors it searches in memory, about 155 MB for 100,000 of
+    Vector search keeps the vectors it searches in memory, about 156 MB for 100,000 of
     384 dimensions, until close (see `convostore.backends.sqlite.search`).
     """
 
