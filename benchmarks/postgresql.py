@@ -7,7 +7,8 @@ pgvector's HNSW search against an exact scan, all on one server this script star
    by hand, on one connection. Once with synchronous_commit on (each commit waits for its
    WAL flush) and once off (the client's and server's CPU alone). Ratio: store / raw.
 2. Writers: 8 conversations appending at once through one store (a pool of 8) against
-   one conversation: total messages per second, and the ratio.
+   one conversation: total messages per second, and the ratio; beside it the same for
+   raw psycopg (8 connections), which is the most the machine allows.
 3. Vectors: 100,000 messages x 384 dimensions (clustered random vectors, shaped like
    sentence embeddings: 1,000 topics with noise around each), bulk-loaded with COPY; the
    HNSW index built by connecting a store whose embedder declares it; then top-10
@@ -84,9 +85,10 @@ async def store_appends(url: str, count: int, writers: int) -> float:
         await store.close()
 
 
-async def raw_appends(url: str, count: int) -> float:
-    """Messages per second for the store's append statement run by hand on one
-    connection, with the same parameters and no store around it."""
+async def raw_appends(url: str, count: int, writers: int = 1) -> float:
+    """Messages per second for the store's append statement run by hand, with the same
+    parameters and no store around it: ``writers`` conversations, each on a connection
+    of its own."""
     import psycopg
 
     from convostore.backends.postgresql import parse_postgresql_url
@@ -94,21 +96,32 @@ async def raw_appends(url: str, count: int) -> float:
     from convostore.backends.postgresql.connection import configure_connection, session_settings
     from convostore.backends.postgresql.rows import search_terms
 
-    store = await convostore.connect(url)  # Creates the schema and the session.
+    store = await convostore.connect(url)  # Creates the schema and the sessions.
     await store.put_user(AUTHOR)
-    session = await store.create_session(AUTHOR)
+    sessions = [await store.create_session(AUTHOR) for _ in range(writers)]
     await store.close()
     target = parse_postgresql_url(url)
-    connection = await psycopg.AsyncConnection.connect(
-        target.conninfo, autocommit=True, prepare_threshold=0
-    )
-    try:
-        await configure_connection(
-            connection, session_settings(target.schema, ef_search=None, iterative_scan=False)
-        )
-        terms, length = search_terms(CONTENT)
+    connections = [
+        await psycopg.AsyncConnection.connect(target.conninfo, autocommit=True, prepare_threshold=0)
+        for _ in range(writers)
+    ]
+    terms, length = search_terms(CONTENT)
+    event: dict[str, Any] = {
+        "type": "MESSAGE",
+        "metadata": "{}",
+        "synthetic": False,
+        "role": "user",
+        "content": CONTENT,
+        "author_id": AUTHOR.id,
+        **dict.fromkeys(("recipient_ids", "tool_calls", "attachments", "data"), "[]"),
+        "assets": "[]",
+        "search_terms": terms,
+        "search_length": length,
+    }
+
+    async def converse(connection: psycopg.AsyncConnection[Any], session_id: str, n: int) -> None:
         constant: dict[str, Any] = {
-            "session_id": session.id,
+            "session_id": session_id,
             "count": 1,
             "message_count": 1,
             "started_by": AUTHOR.id,
@@ -116,26 +129,9 @@ async def raw_appends(url: str, count: int) -> float:
             "required_users": [AUTHOR.id],
             "users": "[]",
         }
-        event: dict[str, Any] = {
-            "type": "MESSAGE",
-            "metadata": "{}",
-            "synthetic": False,
-            "role": "user",
-            "content": CONTENT,
-            "author_id": AUTHOR.id,
-            **dict.fromkeys(("recipient_ids", "tool_calls", "attachments", "data"), "[]"),
-            "assets": "[]",
-            "search_terms": terms,
-            "search_length": length,
-        }
-
-        async def append() -> None:
+        for _ in range(n):
             now = utc_now()
-            written = event | {
-                "id": new_id(),
-                "created_at": now.isoformat(),
-                "stamp": new_stamp(),
-            }
+            written = event | {"id": new_id(), "created_at": now.isoformat(), "stamp": new_stamp()}
             parameters = constant | {
                 "stamp": new_stamp(),
                 "activity_at": now,
@@ -144,13 +140,19 @@ async def raw_appends(url: str, count: int) -> float:
             cursor = await connection.execute(sql.APPEND, parameters)
             await cursor.fetchone()
 
-        await append()
+    try:
+        settings = session_settings(target.schema, ef_search=None, iterative_scan=False)
+        for connection in connections:
+            await configure_connection(connection, settings)
+        pairs = list(zip(connections, [s.id for s in sessions], strict=True))
+        await asyncio.gather(*(converse(c, s, 1) for c, s in pairs))  # Prepares them.
+        each = count // writers
         started = time.perf_counter()
-        for _ in range(count):
-            await append()
-        return count / (time.perf_counter() - started)
+        await asyncio.gather(*(converse(c, s, each) for c, s in pairs))
+        return each * writers / (time.perf_counter() - started)
     finally:
-        await connection.close()
+        for connection in connections:
+            await connection.close()
 
 
 # ---------------------------------------------------------------------------- vectors
@@ -306,22 +308,28 @@ async def run(arguments: argparse.Namespace) -> None:
                 f"   {commit:<18} {store_rate:>12,.0f} {raw_rate:>10,.0f} "
                 f"{store_rate / raw_rate:>6.2f}"
             )
-        print(
-            "\n2. writers: 8 conversations at once vs 1, through one store (synchronous_commit on)"
-        )
-        ones: list[float] = []
-        eights: list[float] = []
+        print("\n2. writers: 8 conversations at once vs 1 (synchronous_commit on)")
+        rates: dict[tuple[str, int], list[float]] = {}
         for _ in range(arguments.rounds):
-            ones.append(
-                await store_appends(f"{base}?schema=writers_{next(runs)}", arguments.messages, 1)
-            )
-            eights.append(
-                await store_appends(
-                    f"{base}?schema=writers_{next(runs)}&pool_max_size=8", arguments.messages * 2, 8
+            for writers in (1, 8):
+                messages = arguments.messages * writers // 4 or 1
+                rates.setdefault(("store", writers), []).append(
+                    await store_appends(
+                        f"{base}?schema=writers_{next(runs)}&pool_max_size={writers}",
+                        messages,
+                        writers,
+                    )
                 )
+                rates.setdefault(("raw", writers), []).append(
+                    await raw_appends(f"{base}?schema=writers_{next(runs)}", messages, writers)
+                )
+        for kind, label in (("store", "through one store"), ("raw", "raw psycopg, same statement")):
+            one = statistics.median(rates[kind, 1])
+            eight = statistics.median(rates[kind, 8])
+            print(
+                f"   {label:<28} 1 writer {one:>7,.0f} msg/s, 8 writers {eight:>7,.0f} msg/s:"
+                f" x{eight / one:.2f}"
             )
-        one, eight = statistics.median(ones), statistics.median(eights)
-        print(f"   1 writer: {one:,.0f} msg/s; 8 writers: {eight:,.0f} msg/s; x{eight / one:.2f}")
         print("\n3. vector search")
         await vector_search(f"{base}?schema=vectors", arguments.vectors, arguments.queries)
 

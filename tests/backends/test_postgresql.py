@@ -618,6 +618,40 @@ async def test_without_pgvector_everything_but_vector_search_works(
         await store.close()
 
 
+async def test_a_role_that_only_reads_and_writes_connects_to_a_migrated_schema(
+    server: TestServer, stores: Stores
+) -> None:
+    """The owner migrates and builds the index; an application role with USAGE on the
+    schema and DML on its tables then connects, writes and searches, creating nothing."""
+    if not isinstance(server, PostgresServer):
+        pytest.skip("needs a server of the test's own to create roles on")
+    owner_store = await stores.open(embedder=HashingEmbedder(16))
+    await owner_store.close()
+    role = f"app_{os.getpid()}_{next(_schemas)}"
+    identifier = psycopg.sql.Identifier
+    for statement in (
+        "CREATE ROLE {role} LOGIN",
+        "GRANT USAGE ON SCHEMA {schema} TO {role}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}",
+    ):
+        await admin_rows(
+            server,
+            psycopg.sql.SQL(statement).format(
+                role=identifier(role), schema=identifier(stores.schema)
+            ),
+        )
+    url = server.url(user=role) + f"?schema={stores.schema}"
+    store = await convostore.connect(url, embedder=HashingEmbedder(16), indexed_metadata=[])
+    try:
+        session = await store.create_session(ADA, metadata={"k": "v"})
+        await store.add_message(session.id, say("router password reset"))
+        [hit] = await store.search("router password", k=1)
+        assert hit.message.content == "router password reset"
+        assert await store.delete_session(session.id)
+    finally:
+        await store.close()
+
+
 # ------------------------------------------------------------------ errors and a lost server
 
 

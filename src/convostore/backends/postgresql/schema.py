@@ -157,7 +157,7 @@ VECTOR_EXTENSION: Final = (
     " JOIN pg_namespace n ON n.oid = x.extnamespace WHERE x.extname = 'vector'"
 )
 CREATE_VECTOR_EXTENSION: Final = "CREATE EXTENSION IF NOT EXISTS vector"
-CREATE_SCHEMA_TABLE: Final = """CREATE TABLE IF NOT EXISTS convostore_schema (
+CREATE_SCHEMA_TABLE: Final = """CREATE TABLE convostore_schema (
     version integer PRIMARY KEY,
     applied_at timestamptz NOT NULL DEFAULT now()
 )"""
@@ -244,7 +244,10 @@ async def prepare_database(
         if not schema_exists:
             await connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
         await connection.execute(SET_LOCAL_SEARCH_PATH, (search_path(schema, vector_schema),))
-        await connection.execute(CREATE_SCHEMA_TABLE)
+        # DDL only where something is missing: a role that may only read and write the
+        # tables (not create in the schema) connects to an up-to-date schema.
+        if not versioned:
+            await connection.execute(CREATE_SCHEMA_TABLE)
         for number in range(recorded + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[number - 1]:
                 await connection.execute(statement)

@@ -204,10 +204,18 @@ async def declare_vector_index(
             await connection.execute(
                 INSERT_VECTOR_INDEX, (spec.dimensions, spec.metric, spec.model)
             )
-        if build:
+        # Only DDL where the index is missing: creating one, even IF NOT EXISTS, needs
+        # the table's owner, and a role that only reads and writes may connect too.
+        if build and not await _hnsw_index_exists(connection, schema):
             recorded = await vector_index_spec(connection)
             assert recorded is not None
             await connection.execute(hnsw_index_ddl(schema, recorded))
+
+
+async def _hnsw_index_exists(connection: Connection, schema: str) -> bool:
+    name = sql.Identifier(schema, HNSW_INDEX).as_string(connection)
+    row = await fetch_one(connection, "SELECT to_regclass(%s) IS NOT NULL", (name,))
+    return bool(row[0])
 
 
 async def drop_hnsw_index(connection: Connection, schema: str) -> None:
