@@ -572,6 +572,20 @@ def test_search_terms_are_the_words_every_backend_sees() -> None:
     assert huge == "'short':1"
 
 
+def test_blank_is_what_str_isspace_says() -> None:
+    whitespace = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace())
+    assert whitespace == pg_search.PYTHON_WHITESPACE
+
+
+async def test_only_messages_with_words_wait_for_a_vector(store: PostgreSQLStore) -> None:
+    session = await store.create_session(ADA)
+    for content in ["\u3000\n\x1c ", "\u2028", "words"]:
+        await store.add_message(session.id, say(content))
+    pending = await store._pending_embeddings("some-model", tuple(Role), None, 10)
+    assert [p.content for p in pending] == ["words"]
+    assert await store._count_pending_embeddings("some-model", tuple(Role)) == 1
+
+
 # ------------------------------------------------------------------ without pgvector
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "PREPARED_MAX",
     "Connection",
     "configure_connection",
+    "is_connection_lost",
     "open_connection",
     "open_pool",
     "session_settings",

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from psycopg import sql
 
-from convostore.backends.postgresql import statements as statements
+from convostore.backends.postgresql import statements
 from convostore.backends.postgresql.connection import Connection
 from convostore.backends.postgresql.operations import fetch_all, fetch_one
 from convostore.backends.postgresql.rows import event_from_row, tsquery, vector_text
@@ -33,7 +33,6 @@ __all__ = [
     "HNSW_INDEX",
     "count_pending",
     "declare_vector_index",
-    "drop_hnsw_index",
     "pending",
     "set_embeddings",
     "text_search",
@@ -216,10 +215,6 @@ async def _hnsw_index_exists(connection: Connection, schema: str) -> bool:
     name = sql.Identifier(schema, HNSW_INDEX).as_string(connection)
     row = await fetch_one(connection, "SELECT to_regclass(%s) IS NOT NULL", (name,))
     return bool(row[0])
-
-
-async def drop_hnsw_index(connection: Connection, schema: str) -> None:
-    await connection.execute(_drop_hnsw_ddl(schema))
 
 
 # ---------------------------------------------------------------------------- re-embedding
