@@ -8,6 +8,7 @@ TEXT, an embedding is a BLOB of little-endian float32 values.
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Final
 
 from convostore import _json
@@ -211,7 +212,11 @@ SCHEMA_TABLE_EXISTS: Final = (
 )
 RECORDED_VERSION: Final = "SELECT coalesce(max(version), 0) FROM convostore_schema"
 RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version, applied_at) VALUES (?, ?)"
+JOURNAL_MODE: Final = "PRAGMA journal_mode"
 JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
+# Switching to WAL takes an exclusive lock without waiting on the busy handler; with
+# several processes connecting at once it is retried for this long.
+WAL_SWITCH_PATIENCE_S: Final = 10.0
 
 SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
 INSERT_INDEXED_KEY: Final = "INSERT INTO indexed_metadata_keys (name) VALUES (?)"
@@ -235,9 +240,21 @@ def prepare_database(
     """
     _refuse_newer(_recorded_version(connection), target)
     if not target.in_memory:
-        connection.execute(JOURNAL_MODE_WAL).fetchone()
+        _use_wal(connection)
     # Under the write lock, so processes connecting at once migrate one after another.
     in_write_transaction(connection, _migrate, (target, indexed_keys))
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Put the database in WAL mode (a property of the file, kept once set)."""
+    deadline = time.monotonic() + WAL_SWITCH_PATIENCE_S
+    while connection.execute(JOURNAL_MODE).fetchone()[0].lower() != "wal":
+        try:
+            connection.execute(JOURNAL_MODE_WAL).fetchone()
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _recorded_version(connection: sqlite3.Connection) -> int:
