@@ -597,6 +597,20 @@ async def test_only_messages_with_words_wait_for_a_vector(store: PostgreSQLStore
     assert await store._count_pending_embeddings("some-model", tuple(Role)) == 1
 
 
+async def test_the_text_filter_folds_case_as_python_lower(store: PostgreSQLStore) -> None:
+    """PostgreSQL 18's pg_unicode_fast maps case fully, as str.lower() does: a dotted
+    capital I becomes two characters, a final sigma stays final."""
+    assert store.facts.text_collation == "pg_unicode_fast"
+    session = await store.create_session(ADA)
+    content = "İSTANBUL ΟΔΟΣ Straße"
+    await store.add_message(session.id, say(content))
+    await store.add_message(session.id, say("istanbul οδοσ"))
+    for needle in [content.lower(), "İstanbul", "οδος", "ΟΔΟΣ", "straße"]:
+        found = await store.read(session.id, EventFilter(text=needle))
+        expected = [m for m in (content, "istanbul οδοσ") if needle.lower() in m.lower()]
+        assert [e.content for e in found if isinstance(e, convostore.Message)] == expected
+
+
 # ------------------------------------------------------------------ without pgvector
 
 
