@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs convostore with its development tools and
-# the real embedding model.
+# Creates .venv (if missing) and installs convostore with its development tools, every
+# backend's driver, the database servers the tests start themselves, and the real
+# embedding model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python3}"
@@ -13,4 +14,4 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers]'

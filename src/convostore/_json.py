@@ -17,11 +17,14 @@ def dumps(value: Any, name: str) -> str:
 
 
 def check_text(text: str, name: str) -> str:
-    """``text`` if every backend can store it: a lone surrogate is not Unicode text."""
+    """``text`` if every backend can store it: a lone surrogate is not Unicode text, and
+    a NUL character ends a string in some databases' text types."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidArgumentError(f"{name} holds a lone surrogate, not Unicode text") from None
+    if "\x00" in text:
+        raise InvalidArgumentError(f"{name} holds a NUL character, which text cannot hold")
     return text
 
 

@@ -188,15 +188,15 @@ async def test_update_with_bad_values_writes_nothing(store: Store) -> None:
     assert await store.get_session(session.id) == session
 
 
-async def test_text_no_backend_can_store_is_refused_everywhere(store: Store) -> None:
-    """A lone surrogate is not Unicode: every backend refuses it, none stores half."""
+@pytest.mark.parametrize("lone", ["lone \ud800 surrogate", "nul \x00 inside"])
+async def test_text_no_backend_can_store_is_refused_everywhere(store: Store, lone: str) -> None:
+    """A lone surrogate is not Unicode, and a NUL ends a string in some databases: every
+    backend refuses both, none stores half."""
     session = await store.create_session(ALICE)
-    lone = "lone \ud800 surrogate"
-    for write in (
-        MessageWrite(Role.USER, lone),
-        MessageWrite(Role.USER, "ok", metadata={"note": lone}),
-        MessageWrite(Role.TOOL, "ok", tool_call_id=lone),
-    ):
+    writes = [MessageWrite(Role.USER, lone), MessageWrite(Role.TOOL, "ok", tool_call_id=lone)]
+    if "\x00" not in lone:  # JSON escapes a NUL, so metadata may hold one
+        writes.append(MessageWrite(Role.USER, "ok", metadata={"note": lone}))
+    for write in writes:
         with pytest.raises(InvalidArgumentError):
             await store.add_message(session.id, write)
     with pytest.raises(InvalidArgumentError):
@@ -205,3 +205,13 @@ async def test_text_no_backend_can_store_is_refused_everywhere(store: Store) -> 
         await store.put_user(User(lone, "x"))
     assert await store.version(session.id) == 0
     assert await store.count_sessions(ALICE.id) == 1
+
+
+async def test_json_values_may_hold_a_nul(store: Store) -> None:
+    session = await store.create_session(ALICE, metadata={"note": "a\x00b"})
+    message = await store.add_message(
+        session.id, MessageWrite(Role.USER, "ok", metadata={"note": "c\x00d"})
+    )
+    assert (await store.get_session(session.id)).metadata == {"note": "a\x00b"}  # type: ignore[union-attr]
+    [stored] = await store.messages(session.id)
+    assert stored.metadata == message.metadata == {"note": "c\x00d"}
