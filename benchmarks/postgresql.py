@@ -38,7 +38,7 @@ import convostore
 from convostore import MessageWrite, Role, User
 from convostore._time import utc_now
 from convostore.ids import new_id
-from convostore.store import new_stamp
+from convostore.prepare import new_stamp
 
 AUTHOR = User("ada", "Ada")
 CONTENT = "What is the capital of France? Answer in one word, please."

@@ -32,7 +32,7 @@ from convostore.backends.sqlite.connection import open_connection
 from convostore.backends.sqlite.schema import prepare_database
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.ids import new_id
-from convostore.store import new_stamp
+from convostore.prepare import new_stamp
 
 AUTHOR = User("ada", "Ada")
 CONTENT = "What is the capital of France? Answer in one word, please."

@@ -11,18 +11,15 @@ from __future__ import annotations
 import abc
 import logging
 import re
-import secrets
-from array import array
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from convostore import _json
-from convostore._codec import MessageParts, message_parts_json
 from convostore._time import require_aware, to_micros, utc_now
-from convostore.cursors import Keyset, decode_cursor, encode_cursor
+from convostore.cursors import Keyset, encode_cursor
 from convostore.embedding import (
     Embedder,
     EmbeddingFailed,
@@ -36,7 +33,6 @@ from convostore.embedding import (
     text_tokens,
 )
 from convostore.errors import (
-    EventIdConflictError,
     InvalidArgumentError,
     NotIndexedError,
     SessionNotFoundError,
@@ -44,16 +40,9 @@ from convostore.errors import (
 from convostore.filters import (
     EventFilter,
     parse_role,
-    validate_branch,
-    validate_event_type,
 )
-from convostore.ids import new_id
 from convostore.model import (
-    COMPACTION,
     MESSAGE,
-    Asset,
-    Attachment,
-    DataAttachment,
     Event,
     EventWrite,
     Message,
@@ -66,9 +55,25 @@ from convostore.model import (
     SessionFilter,
     SessionOrder,
     SessionSummary,
-    ToolCall,
     User,
     UserRef,
+)
+from convostore.prepare import (
+    AppendOutcome,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    check_id,
+    check_session_filter,
+    check_title,
+    check_user,
+    check_vector,
+    new_stamp,
+    prepare_append,
+    prepare_changes,
+    prepare_listing,
+    prepare_session,
+    user_id_of,
 )
 
 if TYPE_CHECKING:
@@ -79,18 +84,8 @@ if TYPE_CHECKING:
         Summarize,
     )
 
-__all__ = [
-    "MAX_PAGE_SIZE",
-    "AppendOutcome",
-    "Capabilities",
-    "NewSession",
-    "PreparedAppend",
-    "PreparedEvent",
-    "SessionChanges",
-    "Store",
-]
+__all__ = ["MAX_SEARCH_HITS", "Capabilities", "Store"]
 
-MAX_PAGE_SIZE = 100
 MAX_SEARCH_HITS = 1000
 SearchMode = Literal["vector", "text", "hybrid"]
 # Reciprocal rank fusion: a hit's fused score is the sum of 1 / (RRF_K + rank).
@@ -114,83 +109,6 @@ class Capabilities:
     native_vector_index: bool = False
     full_text_index: bool = False
     cross_process: bool = False
-
-
-# --------------------------------------------------------------------------------------
-# What the public methods hand to a backend's primitives: validated, normalised values.
-
-
-@dataclass(frozen=True, slots=True)
-class NewSession:
-    """A validated session to insert, with the users it needs."""
-
-    session: Session
-    metadata_json: str
-    indexed_metadata: tuple[tuple[str, str], ...]
-    users_to_insert: tuple[User, ...]
-    required_user_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionChanges:
-    """What `Store.update_session` writes, guarded by ``expected_stamp``."""
-
-    session_id: str
-    expected_stamp: str
-    title: str | None
-    metadata: Mapping[str, Any]
-    metadata_json: str
-    indexed_metadata: tuple[tuple[str, str], ...]
-    expires_at: datetime | None
-    new_stamp: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedEvent:
-    """An event ready to store. ``event.seq`` is 0 until the backend assigns it.
-
-    ``metadata_json`` and ``payload_json`` are the JSON of the event's metadata and
-    payload; for a message, ``message_json`` holds the JSON of its list-valued parts.
-    """
-
-    event: Event
-    caller_id: bool
-    metadata_json: str
-    payload_json: str | None
-    message_json: MessageParts | None
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedAppend:
-    """One append: a single idempotent event (``expected_version`` None) or a batch.
-
-    ``activity_at`` is set when the append holds a non-synthetic message: the session's
-    ``last_activity_at`` becomes max(stored, activity_at). ``started_by`` is the author of
-    the first authored message in the append, for the session's summary.
-    """
-
-    session_id: str
-    events: tuple[PreparedEvent, ...]
-    expected_version: int | None
-    users_to_insert: tuple[User, ...]
-    required_user_ids: tuple[str, ...]
-    activity_at: datetime | None
-    new_message_count: int
-    started_by: str | None
-    new_stamp: str
-
-
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
-    """``applied`` False: a batch whose expected version was not current (``events`` is
-    empty), or an idempotent replay (``events`` holds the stored event)."""
-
-    applied: bool
-    events: list[Event] = field(default_factory=list)
-
-
-def new_stamp() -> str:
-    return secrets.token_hex(8)
 
 
 class Store(abc.ABC):
@@ -283,13 +201,13 @@ class Store(abc.ABC):
 
     async def put_user(self, user: User) -> User:
         """Insert the user, or overwrite the stored one with the same id."""
-        user = _check_user(user)
+        user = check_user(user)
         await self._put_user(user)
         return user
 
     async def get_user(self, user_id: str) -> User | None:
         """The stored user, or None."""
-        return await self._get_user(_check_id(user_id, "user_id"))
+        return await self._get_user(check_id(user_id, "user_id"))
 
     # ---------------------------------------------------------------- sessions
 
@@ -312,8 +230,16 @@ class Store(abc.ABC):
         ``part_of`` must name an existing top-level session (`SessionNotFoundError`
         otherwise) with the same owner (`InvalidArgumentError` otherwise).
         """
-        new = self._new_session(
-            owner, session_id, title, kind, part_of, held_with, metadata, expires_at
+        new = prepare_session(
+            self.indexed_metadata,
+            owner,
+            session_id,
+            title,
+            kind,
+            part_of,
+            held_with,
+            metadata,
+            expires_at,
         )
         created = await self._insert_session(new, if_absent=False)
         assert created is not None
@@ -333,45 +259,41 @@ class Store(abc.ABC):
     ) -> bool:
         """Create the session unless one with this id exists. Atomic: of many
         concurrent calls for one id exactly one returns True."""
-        new = self._new_session(
-            owner, session_id, title, kind, part_of, held_with, metadata, expires_at
+        new = prepare_session(
+            self.indexed_metadata,
+            owner,
+            session_id,
+            title,
+            kind,
+            part_of,
+            held_with,
+            metadata,
+            expires_at,
         )
         return await self._insert_session(new, if_absent=True) is not None
 
     async def get_session(self, session_id: str) -> Session | None:
         """The session, or None. Expired sessions are returned until deleted."""
-        return await self._get_session(_check_id(session_id, "session_id"))
+        return await self._get_session(check_id(session_id, "session_id"))
 
     async def update_session(self, session: Session) -> Session:
         """Write ``title``, ``metadata`` and ``expires_at`` of a session read from the
         store, only if its ``stamp`` still matches the stored one; otherwise
         `StaleObjectError` and nothing is written. Returns the session as stored."""
-        if not isinstance(session, Session):
-            raise InvalidArgumentError("update_session takes a Session read from the store")
-        metadata, metadata_json = self._metadata(session.metadata)
-        changes = SessionChanges(
-            session_id=_check_id(session.id, "session.id"),
-            expected_stamp=session.stamp,
-            title=_check_title(session.title),
-            metadata=metadata,
-            metadata_json=metadata_json,
-            indexed_metadata=self._indexed_pairs(metadata),
-            expires_at=_optional_time(session.expires_at, "expires_at"),
-            new_stamp=new_stamp(),
-        )
+        changes = prepare_changes(self.indexed_metadata, session)
         return await self._update_session(changes)
 
     async def set_title(self, session_id: str, title: str | None) -> Session:
         """Write the title alone. Never conflicts; changes the stamp.
         An unknown session raises `SessionNotFoundError`."""
         return await self._set_title(
-            _check_id(session_id, "session_id"), _check_title(title), new_stamp()
+            check_id(session_id, "session_id"), check_title(title), new_stamp()
         )
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, the sessions that are part of it, and all their events.
         Users are kept. False when there was no such session."""
-        return await self._delete_session(_check_id(session_id, "session_id"))
+        return await self._delete_session(check_id(session_id, "session_id"))
 
     async def list_sessions(
         self,
@@ -381,7 +303,7 @@ class Store(abc.ABC):
     ) -> Page[Session]:
         """One page of the owner's sessions, newest first, by keyset (page n costs what
         page 1 costs). Top-level sessions only unless ``filter.include_parts``."""
-        owner_id, page, keyset, filter = self._page_query(owner_id, page, filter)
+        owner_id, page, keyset, filter = prepare_listing(owner_id, page, filter)
         rows = await self._list_sessions(owner_id, page.order, keyset, page.size + 1, filter)
         return _page(rows, page, lambda s: s)
 
@@ -393,20 +315,20 @@ class Store(abc.ABC):
     ) -> Page[SessionSummary]:
         """`list_sessions`, each session with its owner, message count and first author,
         all computed by the backend's query without loading message bodies."""
-        owner_id, page, keyset, filter = self._page_query(owner_id, page, filter)
+        owner_id, page, keyset, filter = prepare_listing(owner_id, page, filter)
         rows = await self._list_summaries(owner_id, page.order, keyset, page.size + 1, filter)
         return _page(rows, page, lambda s: s.session)
 
     async def count_sessions(self, owner_id: str, filter: SessionFilter | None = None) -> int:
         """How many sessions `list_sessions` would list over all its pages."""
         return await self._count_sessions(
-            _check_id(owner_id, "owner_id"), _check_session_filter(filter)
+            check_id(owner_id, "owner_id"), check_session_filter(filter)
         )
 
     async def find_part(self, part_of: str, held_with: UserRef) -> Session | None:
         """The earliest session that is part of ``part_of`` and held with that user."""
         return await self._find_part(
-            _check_id(part_of, "part_of"), _user_id(held_with, "held_with")
+            check_id(part_of, "part_of"), user_id_of(held_with, "held_with")
         )
 
     async def find_or_create_part(
@@ -419,20 +341,30 @@ class Store(abc.ABC):
     ) -> Session:
         """`find_part`, or a new part owned by the parent's owner. Under a race every
         caller settles on the same, earliest, session."""
-        parent = await self._get_session(_check_id(part_of, "part_of"))
+        parent = await self._get_session(check_id(part_of, "part_of"))
         if parent is None:
             raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
-        new = self._new_session(parent.owner_id, None, title, kind, part_of, held_with, None, None)
+        new = prepare_session(
+            self.indexed_metadata,
+            parent.owner_id,
+            None,
+            title,
+            kind,
+            part_of,
+            held_with,
+            None,
+            None,
+        )
         return await self._find_or_insert_part(new)
 
     async def list_parts(self, part_of: str) -> list[SessionSummary]:
         """The sessions that are part of ``part_of``, oldest first, with their summaries."""
-        return await self._list_parts(_check_id(part_of, "part_of"))
+        return await self._list_parts(check_id(part_of, "part_of"))
 
     async def participants(self, session_id: str) -> list[User]:
         """Everyone who wrote a message in the session, once each, in order of their
         first message. [] for an unknown session."""
-        return await self._participants(_check_id(session_id, "session_id"))
+        return await self._participants(check_id(session_id, "session_id"))
 
     async def find_sessions_by_metadata(self, name: str, value: Any) -> list[Session]:
         """Sessions whose metadata ``name`` equals ``value``, compared as strings in full
@@ -472,7 +404,7 @@ class Store(abc.ABC):
         session raises `EventIdConflictError`. An unknown session raises
         `SessionNotFoundError` and creates nothing.
         """
-        prepared = self._prepare_append(session_id, [write], expected_version=None)
+        prepared = prepare_append(session_id, [write], expected_version=None)
         prepared, failures = await self._embed(prepared)
         outcome = await self._append(prepared)
         if outcome.applied:
@@ -496,7 +428,7 @@ class Store(abc.ABC):
         ):
             raise InvalidArgumentError("expected_version must be a non-negative integer")
         writes = list(writes)
-        prepared = self._prepare_append(session_id, writes, expected_version=expected_version)
+        prepared = prepare_append(session_id, writes, expected_version=expected_version)
         if not writes:
             return await self._version(prepared.session_id) == expected_version
         prepared, failures = await self._embed(prepared)
@@ -508,13 +440,13 @@ class Store(abc.ABC):
     async def version(self, session_id: str) -> int:
         """The log's version: 0 for an unknown or empty session; +1 for every append
         that adds an event and for every successful batch."""
-        return await self._version(_check_id(session_id, "session_id"))
+        return await self._version(check_id(session_id, "session_id"))
 
     async def read(self, session_id: str, filter: EventFilter | None = None) -> list[Event]:
         """The session's events that pass ``filter``, oldest first (log order; in the
         active view, view order). [] for an unknown session."""
         event_filter = (filter or EventFilter()).validated()
-        return await self._read(_check_id(session_id, "session_id"), event_filter)
+        return await self._read(check_id(session_id, "session_id"), event_filter)
 
     async def messages(self, session_id: str, last: int | None = None) -> list[Message]:
         """The session's MESSAGE events; ``last=n`` as in `EventFilter`."""
@@ -530,8 +462,8 @@ class Store(abc.ABC):
         if text is not None:
             _json.check_text(text, "narration")
         return await self._set_narration(
-            _check_id(session_id, "session_id"),
-            _check_id(message_id, "message_id"),
+            check_id(session_id, "session_id"),
+            check_id(message_id, "message_id"),
             text,
             new_stamp(),
         )
@@ -566,8 +498,8 @@ class Store(abc.ABC):
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_HITS:
             raise InvalidArgumentError(f"k must be between 1 and {MAX_SEARCH_HITS}")
         scope = _SearchScope(
-            owner_id=None if owner_id is None else _check_id(owner_id, "owner_id"),
-            session_id=None if session_id is None else _check_id(session_id, "session_id"),
+            owner_id=None if owner_id is None else check_id(owner_id, "owner_id"),
+            session_id=None if session_id is None else check_id(session_id, "session_id"),
             roles=None if roles is None else tuple(parse_role(r) for r in roles),
         )
         if mode == "text":
@@ -607,7 +539,7 @@ class Store(abc.ABC):
     ) -> tuple[float, ...]:
         width = None if self.vector_index is None else self.vector_index.dimensions
         if vector is not None:
-            checked = _check_vector(vector)
+            checked = check_vector(vector)
             if width is not None and len(checked) != width:
                 raise InvalidArgumentError(
                     f"the query vector has width {len(checked)}, the vector index {width}"
@@ -681,7 +613,7 @@ class Store(abc.ABC):
         events = list(prepared.events)
         for index, message, vector in zip(wanted, messages, vectors, strict=True):
             embedded = replace(
-                message, embedding=_check_vector(vector), embedding_model=embedder.name
+                message, embedding=check_vector(vector), embedding_model=embedder.name
             )
             events[index] = replace(events[index], event=embedded)
         return replace(prepared, events=tuple(events)), []
@@ -711,202 +643,6 @@ class Store(abc.ABC):
         from convostore.compaction import compact
 
         return await compact(self, session_id, strategy, summarize, trigger)
-
-    # ---------------------------------------------------------------- preparation
-
-    def _metadata(self, metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
-        if metadata is None:
-            return {}, "{}"
-        if not isinstance(metadata, Mapping):
-            raise InvalidArgumentError("metadata must be a mapping")
-        value, text = _json.normalized(dict(metadata), "metadata")
-        return value, text
-
-    def _indexed_pairs(self, metadata: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-        return tuple(
-            (key, _json.index_value(metadata[key]))
-            for key in sorted(self.indexed_metadata)
-            if key in metadata
-        )
-
-    def _new_session(
-        self,
-        owner: UserRef | None,
-        session_id: str | None,
-        title: str | None,
-        kind: str,
-        part_of: str | None,
-        held_with: UserRef | None,
-        metadata: Mapping[str, Any] | None,
-        expires_at: datetime | None,
-    ) -> NewSession:
-        users: list[User] = []
-        required: list[str] = []
-        owner_id = None if owner is None else _collect_user(owner, "owner", users, required)
-        held_with_id = (
-            None if held_with is None else _collect_user(held_with, "held_with", users, required)
-        )
-        if not isinstance(kind, str) or not kind.strip():
-            raise InvalidArgumentError("kind must be a non-blank string")
-        _json.check_text(kind, "kind")
-        metadata_value, metadata_json = self._metadata(metadata)
-        now = utc_now()
-        session = Session(
-            id=new_id() if session_id is None else _check_id(session_id, "session_id"),
-            owner_id=owner_id,
-            title=_check_title(title),
-            kind=kind,
-            part_of=None if part_of is None else _check_id(part_of, "part_of"),
-            held_with=held_with_id,
-            created_at=now,
-            last_activity_at=now,
-            expires_at=_optional_time(expires_at, "expires_at"),
-            metadata=metadata_value,
-            version=0,
-            stamp=new_stamp(),
-        )
-        return NewSession(
-            session=session,
-            metadata_json=metadata_json,
-            indexed_metadata=self._indexed_pairs(metadata_value),
-            users_to_insert=tuple(users),
-            required_user_ids=tuple(dict.fromkeys(required)),
-        )
-
-    def _page_query(
-        self, owner_id: str, page: PageRequest | None, filter: SessionFilter | None
-    ) -> tuple[str, PageRequest, Keyset | None, SessionFilter]:
-        page = page or PageRequest()
-        if not isinstance(page, PageRequest):
-            raise InvalidArgumentError("page must be a PageRequest")
-        if (
-            not isinstance(page.size, int)
-            or isinstance(page.size, bool)
-            or not 1 <= page.size <= MAX_PAGE_SIZE
-        ):
-            raise InvalidArgumentError(
-                f"page size must be between 1 and {MAX_PAGE_SIZE}, got {page.size!r}"
-            )
-        try:
-            order = SessionOrder(page.order)
-        except ValueError:
-            raise InvalidArgumentError(f"unknown session order {page.order!r}") from None
-        keyset = None if page.cursor is None else decode_cursor(page.cursor, order)
-        if order is not page.order:
-            page = PageRequest(page.size, page.cursor, order)
-        return _check_id(owner_id, "owner_id"), page, keyset, _check_session_filter(filter)
-
-    def _prepare_append(
-        self,
-        session_id: str,
-        writes: Sequence[MessageWrite | EventWrite],
-        expected_version: int | None,
-    ) -> PreparedAppend:
-        session_id = _check_id(session_id, "session_id")
-        now = utc_now()
-        users: list[User] = []
-        required: list[str] = []
-        events: list[PreparedEvent] = []
-        activity_at: datetime | None = None
-        message_count = 0
-        started_by: str | None = None
-        seen_ids: set[str] = set()
-        for write in writes:
-            if isinstance(write, MessageWrite):
-                prepared = self._prepare_message(session_id, write, now, users, required)
-                message = prepared.event
-                assert isinstance(message, Message)
-                if not message.synthetic:
-                    activity_at = now
-                    message_count += 1
-                if started_by is None and message.author_id is not None:
-                    started_by = message.author_id
-            elif isinstance(write, EventWrite):
-                prepared = _prepare_event(session_id, write, now)
-            else:
-                raise InvalidArgumentError(
-                    f"an append takes MessageWrite or EventWrite, not {type(write).__name__}"
-                )
-            if prepared.event.id in seen_ids:
-                raise EventIdConflictError(f"event id {prepared.event.id!r} given twice")
-            seen_ids.add(prepared.event.id)
-            events.append(prepared)
-        return PreparedAppend(
-            session_id=session_id,
-            events=tuple(events),
-            expected_version=expected_version,
-            users_to_insert=tuple(users),
-            required_user_ids=tuple(dict.fromkeys(required)),
-            activity_at=activity_at,
-            new_message_count=message_count,
-            started_by=started_by,
-            new_stamp=new_stamp(),
-        )
-
-    def _prepare_message(
-        self,
-        session_id: str,
-        write: MessageWrite,
-        now: datetime,
-        users: list[User],
-        required: list[str],
-    ) -> PreparedEvent:
-        role = parse_role(write.role)
-        if not isinstance(write.content, str):
-            raise InvalidArgumentError("message content must be a string")
-        _json.check_text(write.content, "message content")
-        author_id = (
-            None if write.author is None else _collect_user(write.author, "author", users, required)
-        )
-        if isinstance(write.recipients, (str, User)):
-            raise InvalidArgumentError("recipients must be a sequence of users or user ids")
-        recipient_ids = tuple(
-            _collect_user(r, "recipient", users, required) for r in write.recipients
-        )
-        created_at = _optional_time(write.created_at, "created_at") or now
-        metadata, metadata_json = self._metadata(write.metadata)
-        tool_calls = tuple(_check_tool_call(c) for c in write.tool_calls)
-        attachments = tuple(_check_attachment(a, created_at) for a in write.attachments)
-        data = tuple(_check_data(d) for d in write.data)
-        assets = tuple(_check_asset(a, created_at) for a in write.assets)
-        embedding = None if write.embedding is None else _check_vector(write.embedding)
-        if embedding is not None and not write.embedding_model:
-            raise InvalidArgumentError("an embedding needs its embedding_model")
-        message = Message(
-            id=_event_id(write.id),
-            session_id=session_id,
-            seq=0,
-            created_at=created_at,
-            branch=None if write.branch is None else validate_branch(write.branch),
-            metadata=metadata,
-            synthetic=bool(write.synthetic),
-            role=role,
-            content=write.content,
-            author_id=author_id,
-            recipient_ids=recipient_ids,
-            in_reply_to=(
-                None if write.in_reply_to is None else _check_id(write.in_reply_to, "in_reply_to")
-            ),
-            tool_calls=tool_calls,
-            tool_call_id=(
-                None
-                if write.tool_call_id is None
-                else _check_id(write.tool_call_id, "tool_call_id")
-            ),
-            attachments=attachments,
-            data=data,
-            assets=assets,
-            embedding=embedding,
-            embedding_model=write.embedding_model if embedding is not None else None,
-            stamp=new_stamp(),
-        )
-        return PreparedEvent(
-            event=message,
-            caller_id=write.id is not None,
-            metadata_json=metadata_json,
-            payload_json=None,
-            message_json=message_parts_json(message),
-        )
 
     # ---------------------------------------------------------------- primitives
     # Each is one transaction (or one consistent read) in the backend.
@@ -1082,172 +818,6 @@ def _page(rows: list[Any], page: PageRequest, session_of: Any) -> Page[Any]:
         ),
     )
     return Page(items=items, next_cursor=encode_cursor(keyset))
-
-
-def _check_id(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 255:
-        raise InvalidArgumentError(f"{name} must be a non-blank string of at most 255 characters")
-    return _json.check_text(value, name)
-
-
-def _event_id(value: str | None) -> str:
-    return new_id() if value is None else _check_id(value, "event id")
-
-
-def _check_title(title: Any) -> str | None:
-    if title is not None and not isinstance(title, str):
-        raise InvalidArgumentError("title must be a string or None")
-    return None if title is None else _json.check_text(title, "title")
-
-
-def _optional_time(value: datetime | None, name: str) -> datetime | None:
-    return None if value is None else require_aware(value, name)
-
-
-def _check_session_filter(filter: SessionFilter | None) -> SessionFilter:
-    filter = filter or SessionFilter()
-    if not isinstance(filter, SessionFilter):
-        raise InvalidArgumentError("filter must be a SessionFilter")
-    if filter.kind is not None and not isinstance(filter.kind, str):
-        raise InvalidArgumentError("filter.kind must be a string or None")
-    return filter
-
-
-def _check_user(user: Any) -> User:
-    if not isinstance(user, User):
-        raise InvalidArgumentError(f"expected a User, not {type(user).__name__}")
-    _check_id(user.id, "user.id")
-    if not isinstance(user.display_name, str):
-        raise InvalidArgumentError("user.display_name must be a string")
-    for field_name in ("display_name", "username", "email"):
-        value = getattr(user, field_name)
-        if value is not None:
-            _json.check_text(str(value), f"user.{field_name}")
-    if user.kind not in ("human", "agent"):
-        raise InvalidArgumentError(f"user.kind must be 'human' or 'agent', not {user.kind!r}")
-    metadata, _ = _json.normalized(dict(user.metadata), "user.metadata")
-    checked: User = user
-    if metadata != user.metadata:
-        checked = User(user.id, user.display_name, user.username, user.email, user.kind, metadata)
-    return checked
-
-
-def _user_id(ref: Any, name: str) -> str:
-    if isinstance(ref, User):
-        return _check_id(ref.id, f"{name}.id")
-    return _check_id(ref, name)
-
-
-def _collect_user(ref: Any, name: str, users: list[User], required: list[str]) -> str:
-    """The id of a user reference; a `User` is queued for insert-if-absent, an id is
-    queued for an existence check."""
-    if isinstance(ref, User):
-        user = _check_user(ref)
-        users.append(user)
-        return user.id
-    if isinstance(ref, str):
-        required.append(_check_id(ref, name))
-        return ref
-    raise InvalidArgumentError(f"{name} must be a User or a user id, not {type(ref).__name__}")
-
-
-def _check_tool_call(call: Any) -> ToolCall:
-    if not isinstance(call, ToolCall):
-        raise InvalidArgumentError("tool_calls must hold ToolCall values")
-    arguments, _ = _json.normalized(call.arguments, "tool call arguments")
-    return ToolCall(_check_id(call.id, "tool call id"), call.name, arguments)
-
-
-def _check_attachment(attachment: Any, default_time: datetime) -> Attachment:
-    if not isinstance(attachment, Attachment):
-        raise InvalidArgumentError("attachments must hold Attachment values")
-    return Attachment(
-        id=_check_id(attachment.id, "attachment id"),
-        filename=attachment.filename,
-        mime_type=attachment.mime_type,
-        size_bytes=attachment.size_bytes,
-        content_hash=attachment.content_hash,
-        storage_uri=attachment.storage_uri,
-        created_at=_optional_time(attachment.created_at, "attachment created_at") or default_time,
-    )
-
-
-def _check_data(data: Any) -> DataAttachment:
-    if not isinstance(data, DataAttachment):
-        raise InvalidArgumentError("data must hold DataAttachment values")
-    value, _ = _json.normalized(data.json, "data json")
-    return DataAttachment(_check_id(data.id, "data id"), data.type, data.title, value)
-
-
-def _check_asset(asset: Any, default_time: datetime) -> Asset:
-    if not isinstance(asset, Asset):
-        raise InvalidArgumentError("assets must hold Asset values")
-    return Asset(
-        asset_id=_check_id(asset.asset_id, "asset_id"),
-        name=asset.name,
-        mime_type=asset.mime_type,
-        size_bytes=asset.size_bytes,
-        content_hash=asset.content_hash,
-        storage_uri=asset.storage_uri,
-        created_at=_optional_time(asset.created_at, "asset created_at") or default_time,
-    )
-
-
-def _check_vector(vector: Sequence[float]) -> tuple[float, ...]:
-    """The vector as every backend keeps it: single precision."""
-    try:
-        values = array("f", vector)
-    except (TypeError, OverflowError) as error:
-        raise InvalidArgumentError(f"an embedding must be a sequence of floats: {error}") from error
-    if not values:
-        raise InvalidArgumentError("an embedding must not be empty")
-    return tuple(values.tolist())
-
-
-def _prepare_event(session_id: str, write: EventWrite, now: datetime) -> PreparedEvent:
-    event_type = validate_event_type(write.type)
-    if event_type == MESSAGE:
-        raise InvalidArgumentError("append messages with MessageWrite, not EventWrite")
-    payload, payload_json = _json.normalized(write.payload, "payload")
-    if event_type == COMPACTION:
-        _check_compaction_payload(payload)
-    metadata: dict[str, Any] = {}
-    metadata_json = "{}"
-    if write.metadata is not None:
-        if not isinstance(write.metadata, Mapping):
-            raise InvalidArgumentError("metadata must be a mapping")
-        metadata, metadata_json = _json.normalized(dict(write.metadata), "metadata")
-    event = Event(
-        id=_event_id(write.id),
-        session_id=session_id,
-        seq=0,
-        type=event_type,
-        created_at=_optional_time(write.created_at, "created_at") or now,
-        branch=None if write.branch is None else validate_branch(write.branch),
-        metadata=metadata,
-        payload=payload,
-        synthetic=bool(write.synthetic),
-    )
-    return PreparedEvent(
-        event=event,
-        caller_id=write.id is not None,
-        metadata_json=metadata_json,
-        payload_json=payload_json,
-        message_json=None,
-    )
-
-
-def _check_compaction_payload(payload: Any) -> None:
-    kept = payload.get("kept_event_ids") if isinstance(payload, dict) else None
-    if not isinstance(kept, list) or not all(isinstance(i, str) for i in kept):
-        raise InvalidArgumentError(
-            'a COMPACTION payload must be {"kept_event_ids": [event ids...]}'
-        )
-    summaries = payload.get("summary_event_ids")
-    if summaries is not None and (
-        not isinstance(summaries, list) or not all(isinstance(i, str) for i in summaries)
-    ):
-        raise InvalidArgumentError("summary_event_ids must be a list of event ids")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import convostore
-import convostore.store
+import convostore.prepare
 from convostore import (
     BackendUnavailableError,
     EventFilter,
@@ -36,6 +36,7 @@ from convostore import (
     User,
 )
 from convostore.embedding import HashingEmbedder, VectorIndexSpec
+from convostore.prepare import prepare_append
 from tests.servers.postgresql import (
     PostgresServer,
     ServerUnavailable,
@@ -900,14 +901,14 @@ async def test_last_activity_never_moves_back_across_connections(
 ) -> None:
     session = await peers[0].create_session(ADA)
     late = datetime(2030, 1, 1, tzinfo=UTC)
-    monkeypatch.setattr(convostore.store, "utc_now", lambda: late)
+    monkeypatch.setattr(convostore.prepare, "utc_now", lambda: late)
     await peers[0].add_message(session.id, say("from a fast clock"))
     clocks = [late - timedelta(minutes=n) for n in range(1, WRITERS)]
 
     async def lagging(peer: PostgreSQLStore, when: datetime) -> None:
         write = say(f"at {when}", created_at=when)
         # The append as a writer whose clock lags would prepare it.
-        prepared = peer._prepare_append(session.id, [write], expected_version=None)
+        prepared = prepare_append(session.id, [write], expected_version=None)
         await peer._append(replace(prepared, activity_at=when))
 
     await asyncio.gather(*(lagging(p, c) for p, c in zip(peers[1:], clocks, strict=True)))

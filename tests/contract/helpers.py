@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import convostore.store
+import convostore.prepare
 from convostore import (
     Event,
     EventWrite,
@@ -133,7 +133,7 @@ def sort_key(order: SessionOrder, session: Session) -> tuple[Any, ...]:
 def freeze_store_clock(monkeypatch: pytest.MonkeyPatch, when: datetime) -> None:
     """Make the writer's clock read ``when``: the time `Store` stamps new sessions and
     appends with (a writer whose clock lags, or many writes in one instant)."""
-    monkeypatch.setattr(convostore.store, "utc_now", lambda: when)
+    monkeypatch.setattr(convostore.prepare, "utc_now", lambda: when)
 
 
 def messages_only(events: Sequence[Event]) -> list[Message]:

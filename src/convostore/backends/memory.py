@@ -38,15 +38,8 @@ from convostore.model import (
     SessionSummary,
     User,
 )
-from convostore.store import (
-    AppendOutcome,
-    Capabilities,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-    Store,
-    new_stamp,
-)
+from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges, new_stamp
+from convostore.store import Capabilities, Store
 
 __all__ = ["MemoryStore"]
 

@@ -38,7 +38,7 @@ from convostore.filters import (
     compose_view,
 )
 from convostore.model import Event, Session, User
-from convostore.store import AppendOutcome, NewSession, PreparedAppend, SessionChanges
+from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
 __all__ = [
     "append",

@@ -19,7 +19,7 @@ from convostore._codec import (
 )
 from convostore.embedding import text_tokens
 from convostore.model import MESSAGE, Event, Message, Role, Session, SessionSummary, User
-from convostore.store import PreparedEvent
+from convostore.prepare import PreparedEvent
 
 __all__ = [
     "event_from_row",

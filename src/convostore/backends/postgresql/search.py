@@ -27,7 +27,7 @@ from convostore.backends.postgresql.operations import fetch_all, fetch_one
 from convostore.backends.postgresql.rows import event_from_row, tsquery, vector_text
 from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
-from convostore.store import new_stamp
+from convostore.prepare import new_stamp
 
 __all__ = [
     "HNSW_INDEX",

@@ -59,14 +59,8 @@ from convostore.model import (
     SessionSummary,
     User,
 )
-from convostore.store import (
-    AppendOutcome,
-    Capabilities,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-    Store,
-)
+from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
+from convostore.store import Capabilities, Store
 
 __all__ = ["PostgreSQLStore"]
 

@@ -40,7 +40,7 @@ from convostore.filters import (
     is_turn_start,
 )
 from convostore.model import Event, Session, User
-from convostore.store import AppendOutcome, NewSession, PreparedAppend, SessionChanges
+from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
 __all__ = [
     "read_all",

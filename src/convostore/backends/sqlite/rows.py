@@ -18,7 +18,7 @@ from convostore._codec import (
 )
 from convostore._time import from_micros, to_micros
 from convostore.model import MESSAGE, Event, Message, Role, Session, SessionSummary, User
-from convostore.store import NewSession, PreparedEvent
+from convostore.prepare import NewSession, PreparedEvent
 
 __all__ = [
     "event_from_row",

@@ -40,7 +40,7 @@ from convostore.backends.sqlite.connection import BLANK_FUNCTION
 from convostore.backends.sqlite.rows import event_from_row, vector_blob
 from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
-from convostore.store import new_stamp
+from convostore.prepare import new_stamp
 
 __all__ = [
     "VectorCache",

@@ -1,0 +1,492 @@
+"""What the public methods hand to a backend's primitives: the arguments of the `Store`
+API checked and normalised, with everything the store (not the database) assigns: ids,
+stamps, times, JSON text. Nothing here does I/O; a wrong argument raises an error of
+`convostore.errors` before anything reaches a backend.
+"""
+
+from __future__ import annotations
+
+import secrets
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from convostore import _json
+from convostore._codec import MessageParts, message_parts_json
+from convostore._time import require_aware, utc_now
+from convostore.cursors import Keyset, decode_cursor
+from convostore.errors import EventIdConflictError, InvalidArgumentError
+from convostore.filters import parse_role, validate_branch, validate_event_type
+from convostore.ids import new_id
+from convostore.model import (
+    COMPACTION,
+    MESSAGE,
+    Asset,
+    Attachment,
+    DataAttachment,
+    Event,
+    EventWrite,
+    Message,
+    MessageWrite,
+    PageRequest,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    ToolCall,
+    User,
+    UserRef,
+)
+
+MAX_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class NewSession:
+    """A validated session to insert, with the users it needs."""
+
+    session: Session
+    metadata_json: str
+    indexed_metadata: tuple[tuple[str, str], ...]
+    users_to_insert: tuple[User, ...]
+    required_user_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionChanges:
+    """What `Store.update_session` writes, guarded by ``expected_stamp``."""
+
+    session_id: str
+    expected_stamp: str
+    title: str | None
+    metadata: Mapping[str, Any]
+    metadata_json: str
+    indexed_metadata: tuple[tuple[str, str], ...]
+    expires_at: datetime | None
+    new_stamp: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """An event ready to store. ``event.seq`` is 0 until the backend assigns it.
+
+    ``metadata_json`` and ``payload_json`` are the JSON of the event's metadata and
+    payload; for a message, ``message_json`` holds the JSON of its list-valued parts.
+    """
+
+    event: Event
+    caller_id: bool
+    metadata_json: str
+    payload_json: str | None
+    message_json: MessageParts | None
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    """One append: a single idempotent event (``expected_version`` None) or a batch.
+
+    ``activity_at`` is set when the append holds a non-synthetic message: the session's
+    ``last_activity_at`` becomes max(stored, activity_at). ``started_by`` is the author of
+    the first authored message in the append, for the session's summary.
+    """
+
+    session_id: str
+    events: tuple[PreparedEvent, ...]
+    expected_version: int | None
+    users_to_insert: tuple[User, ...]
+    required_user_ids: tuple[str, ...]
+    activity_at: datetime | None
+    new_message_count: int
+    started_by: str | None
+    new_stamp: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """``applied`` False: a batch whose expected version was not current (``events`` is
+    empty), or an idempotent replay (``events`` holds the stored event)."""
+
+    applied: bool
+    events: list[Event] = field(default_factory=list)
+
+
+def new_stamp() -> str:
+    return secrets.token_hex(8)
+
+
+def normalized_metadata(metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
+    if metadata is None:
+        return {}, "{}"
+    if not isinstance(metadata, Mapping):
+        raise InvalidArgumentError("metadata must be a mapping")
+    value, text = _json.normalized(dict(metadata), "metadata")
+    return value, text
+
+
+def indexed_pairs(
+    indexed_keys: frozenset[str], metadata: Mapping[str, Any]
+) -> tuple[tuple[str, str], ...]:
+    return tuple(
+        (key, _json.index_value(metadata[key])) for key in sorted(indexed_keys) if key in metadata
+    )
+
+
+def prepare_session(
+    indexed_keys: frozenset[str],
+    owner: UserRef | None,
+    session_id: str | None,
+    title: str | None,
+    kind: str,
+    part_of: str | None,
+    held_with: UserRef | None,
+    metadata: Mapping[str, Any] | None,
+    expires_at: datetime | None,
+) -> NewSession:
+    users: list[User] = []
+    required: list[str] = []
+    owner_id = None if owner is None else _collect_user(owner, "owner", users, required)
+    held_with_id = (
+        None if held_with is None else _collect_user(held_with, "held_with", users, required)
+    )
+    if not isinstance(kind, str) or not kind.strip():
+        raise InvalidArgumentError("kind must be a non-blank string")
+    _json.check_text(kind, "kind")
+    metadata_value, metadata_json = normalized_metadata(metadata)
+    now = utc_now()
+    session = Session(
+        id=new_id() if session_id is None else check_id(session_id, "session_id"),
+        owner_id=owner_id,
+        title=check_title(title),
+        kind=kind,
+        part_of=None if part_of is None else check_id(part_of, "part_of"),
+        held_with=held_with_id,
+        created_at=now,
+        last_activity_at=now,
+        expires_at=optional_time(expires_at, "expires_at"),
+        metadata=metadata_value,
+        version=0,
+        stamp=new_stamp(),
+    )
+    return NewSession(
+        session=session,
+        metadata_json=metadata_json,
+        indexed_metadata=indexed_pairs(indexed_keys, metadata_value),
+        users_to_insert=tuple(users),
+        required_user_ids=tuple(dict.fromkeys(required)),
+    )
+
+
+def prepare_changes(indexed_keys: frozenset[str], session: Session) -> SessionChanges:
+    """What `Store.update_session` writes for ``session``, guarded by its stamp."""
+    if not isinstance(session, Session):
+        raise InvalidArgumentError("update_session takes a Session read from the store")
+    metadata, metadata_json = normalized_metadata(session.metadata)
+    return SessionChanges(
+        session_id=check_id(session.id, "session.id"),
+        expected_stamp=session.stamp,
+        title=check_title(session.title),
+        metadata=metadata,
+        metadata_json=metadata_json,
+        indexed_metadata=indexed_pairs(indexed_keys, metadata),
+        expires_at=optional_time(session.expires_at, "expires_at"),
+        new_stamp=new_stamp(),
+    )
+
+
+def prepare_listing(
+    owner_id: str, page: PageRequest | None, filter: SessionFilter | None
+) -> tuple[str, PageRequest, Keyset | None, SessionFilter]:
+    page = page or PageRequest()
+    if not isinstance(page, PageRequest):
+        raise InvalidArgumentError("page must be a PageRequest")
+    if (
+        not isinstance(page.size, int)
+        or isinstance(page.size, bool)
+        or not 1 <= page.size <= MAX_PAGE_SIZE
+    ):
+        raise InvalidArgumentError(
+            f"page size must be between 1 and {MAX_PAGE_SIZE}, got {page.size!r}"
+        )
+    try:
+        order = SessionOrder(page.order)
+    except ValueError:
+        raise InvalidArgumentError(f"unknown session order {page.order!r}") from None
+    keyset = None if page.cursor is None else decode_cursor(page.cursor, order)
+    if order is not page.order:
+        page = PageRequest(page.size, page.cursor, order)
+    return check_id(owner_id, "owner_id"), page, keyset, check_session_filter(filter)
+
+
+def prepare_append(
+    session_id: str,
+    writes: Sequence[MessageWrite | EventWrite],
+    expected_version: int | None,
+) -> PreparedAppend:
+    session_id = check_id(session_id, "session_id")
+    now = utc_now()
+    users: list[User] = []
+    required: list[str] = []
+    events: list[PreparedEvent] = []
+    activity_at: datetime | None = None
+    message_count = 0
+    started_by: str | None = None
+    seen_ids: set[str] = set()
+    for write in writes:
+        if isinstance(write, MessageWrite):
+            prepared = prepare_message(session_id, write, now, users, required)
+            message = prepared.event
+            assert isinstance(message, Message)
+            if not message.synthetic:
+                activity_at = now
+                message_count += 1
+            if started_by is None and message.author_id is not None:
+                started_by = message.author_id
+        elif isinstance(write, EventWrite):
+            prepared = prepare_event(session_id, write, now)
+        else:
+            raise InvalidArgumentError(
+                f"an append takes MessageWrite or EventWrite, not {type(write).__name__}"
+            )
+        if prepared.event.id in seen_ids:
+            raise EventIdConflictError(f"event id {prepared.event.id!r} given twice")
+        seen_ids.add(prepared.event.id)
+        events.append(prepared)
+    return PreparedAppend(
+        session_id=session_id,
+        events=tuple(events),
+        expected_version=expected_version,
+        users_to_insert=tuple(users),
+        required_user_ids=tuple(dict.fromkeys(required)),
+        activity_at=activity_at,
+        new_message_count=message_count,
+        started_by=started_by,
+        new_stamp=new_stamp(),
+    )
+
+
+def prepare_message(
+    session_id: str,
+    write: MessageWrite,
+    now: datetime,
+    users: list[User],
+    required: list[str],
+) -> PreparedEvent:
+    role = parse_role(write.role)
+    if not isinstance(write.content, str):
+        raise InvalidArgumentError("message content must be a string")
+    _json.check_text(write.content, "message content")
+    author_id = (
+        None if write.author is None else _collect_user(write.author, "author", users, required)
+    )
+    if isinstance(write.recipients, (str, User)):
+        raise InvalidArgumentError("recipients must be a sequence of users or user ids")
+    recipient_ids = tuple(_collect_user(r, "recipient", users, required) for r in write.recipients)
+    created_at = optional_time(write.created_at, "created_at") or now
+    metadata, metadata_json = normalized_metadata(write.metadata)
+    tool_calls = tuple(_check_tool_call(c) for c in write.tool_calls)
+    attachments = tuple(_check_attachment(a, created_at) for a in write.attachments)
+    data = tuple(_check_data(d) for d in write.data)
+    assets = tuple(_check_asset(a, created_at) for a in write.assets)
+    embedding = None if write.embedding is None else check_vector(write.embedding)
+    if embedding is not None and not write.embedding_model:
+        raise InvalidArgumentError("an embedding needs its embedding_model")
+    message = Message(
+        id=_event_id(write.id),
+        session_id=session_id,
+        seq=0,
+        created_at=created_at,
+        branch=None if write.branch is None else validate_branch(write.branch),
+        metadata=metadata,
+        synthetic=bool(write.synthetic),
+        role=role,
+        content=write.content,
+        author_id=author_id,
+        recipient_ids=recipient_ids,
+        in_reply_to=(
+            None if write.in_reply_to is None else check_id(write.in_reply_to, "in_reply_to")
+        ),
+        tool_calls=tool_calls,
+        tool_call_id=(
+            None if write.tool_call_id is None else check_id(write.tool_call_id, "tool_call_id")
+        ),
+        attachments=attachments,
+        data=data,
+        assets=assets,
+        embedding=embedding,
+        embedding_model=write.embedding_model if embedding is not None else None,
+        stamp=new_stamp(),
+    )
+    return PreparedEvent(
+        event=message,
+        caller_id=write.id is not None,
+        metadata_json=metadata_json,
+        payload_json=None,
+        message_json=message_parts_json(message),
+    )
+
+
+def check_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 255:
+        raise InvalidArgumentError(f"{name} must be a non-blank string of at most 255 characters")
+    return _json.check_text(value, name)
+
+
+def _event_id(value: str | None) -> str:
+    return new_id() if value is None else check_id(value, "event id")
+
+
+def check_title(title: Any) -> str | None:
+    if title is not None and not isinstance(title, str):
+        raise InvalidArgumentError("title must be a string or None")
+    return None if title is None else _json.check_text(title, "title")
+
+
+def optional_time(value: datetime | None, name: str) -> datetime | None:
+    return None if value is None else require_aware(value, name)
+
+
+def check_session_filter(filter: SessionFilter | None) -> SessionFilter:
+    filter = filter or SessionFilter()
+    if not isinstance(filter, SessionFilter):
+        raise InvalidArgumentError("filter must be a SessionFilter")
+    if filter.kind is not None and not isinstance(filter.kind, str):
+        raise InvalidArgumentError("filter.kind must be a string or None")
+    return filter
+
+
+def check_user(user: Any) -> User:
+    if not isinstance(user, User):
+        raise InvalidArgumentError(f"expected a User, not {type(user).__name__}")
+    check_id(user.id, "user.id")
+    if not isinstance(user.display_name, str):
+        raise InvalidArgumentError("user.display_name must be a string")
+    for field_name in ("display_name", "username", "email"):
+        value = getattr(user, field_name)
+        if value is not None:
+            _json.check_text(str(value), f"user.{field_name}")
+    if user.kind not in ("human", "agent"):
+        raise InvalidArgumentError(f"user.kind must be 'human' or 'agent', not {user.kind!r}")
+    metadata, _ = _json.normalized(dict(user.metadata), "user.metadata")
+    checked: User = user
+    if metadata != user.metadata:
+        checked = User(user.id, user.display_name, user.username, user.email, user.kind, metadata)
+    return checked
+
+
+def user_id_of(ref: Any, name: str) -> str:
+    if isinstance(ref, User):
+        return check_id(ref.id, f"{name}.id")
+    return check_id(ref, name)
+
+
+def _collect_user(ref: Any, name: str, users: list[User], required: list[str]) -> str:
+    """The id of a user reference; a `User` is queued for insert-if-absent, an id is
+    queued for an existence check."""
+    if isinstance(ref, User):
+        user = check_user(ref)
+        users.append(user)
+        return user.id
+    if isinstance(ref, str):
+        required.append(check_id(ref, name))
+        return ref
+    raise InvalidArgumentError(f"{name} must be a User or a user id, not {type(ref).__name__}")
+
+
+def _check_tool_call(call: Any) -> ToolCall:
+    if not isinstance(call, ToolCall):
+        raise InvalidArgumentError("tool_calls must hold ToolCall values")
+    arguments, _ = _json.normalized(call.arguments, "tool call arguments")
+    return ToolCall(check_id(call.id, "tool call id"), call.name, arguments)
+
+
+def _check_attachment(attachment: Any, default_time: datetime) -> Attachment:
+    if not isinstance(attachment, Attachment):
+        raise InvalidArgumentError("attachments must hold Attachment values")
+    return Attachment(
+        id=check_id(attachment.id, "attachment id"),
+        filename=attachment.filename,
+        mime_type=attachment.mime_type,
+        size_bytes=attachment.size_bytes,
+        content_hash=attachment.content_hash,
+        storage_uri=attachment.storage_uri,
+        created_at=optional_time(attachment.created_at, "attachment created_at") or default_time,
+    )
+
+
+def _check_data(data: Any) -> DataAttachment:
+    if not isinstance(data, DataAttachment):
+        raise InvalidArgumentError("data must hold DataAttachment values")
+    value, _ = _json.normalized(data.json, "data json")
+    return DataAttachment(check_id(data.id, "data id"), data.type, data.title, value)
+
+
+def _check_asset(asset: Any, default_time: datetime) -> Asset:
+    if not isinstance(asset, Asset):
+        raise InvalidArgumentError("assets must hold Asset values")
+    return Asset(
+        asset_id=check_id(asset.asset_id, "asset_id"),
+        name=asset.name,
+        mime_type=asset.mime_type,
+        size_bytes=asset.size_bytes,
+        content_hash=asset.content_hash,
+        storage_uri=asset.storage_uri,
+        created_at=optional_time(asset.created_at, "asset created_at") or default_time,
+    )
+
+
+def check_vector(vector: Sequence[float]) -> tuple[float, ...]:
+    """The vector as every backend keeps it: single precision."""
+    try:
+        values = array("f", vector)
+    except (TypeError, OverflowError) as error:
+        raise InvalidArgumentError(f"an embedding must be a sequence of floats: {error}") from error
+    if not values:
+        raise InvalidArgumentError("an embedding must not be empty")
+    return tuple(values.tolist())
+
+
+def prepare_event(session_id: str, write: EventWrite, now: datetime) -> PreparedEvent:
+    event_type = validate_event_type(write.type)
+    if event_type == MESSAGE:
+        raise InvalidArgumentError("append messages with MessageWrite, not EventWrite")
+    payload, payload_json = _json.normalized(write.payload, "payload")
+    if event_type == COMPACTION:
+        _check_compaction_payload(payload)
+    metadata: dict[str, Any] = {}
+    metadata_json = "{}"
+    if write.metadata is not None:
+        if not isinstance(write.metadata, Mapping):
+            raise InvalidArgumentError("metadata must be a mapping")
+        metadata, metadata_json = _json.normalized(dict(write.metadata), "metadata")
+    event = Event(
+        id=_event_id(write.id),
+        session_id=session_id,
+        seq=0,
+        type=event_type,
+        created_at=optional_time(write.created_at, "created_at") or now,
+        branch=None if write.branch is None else validate_branch(write.branch),
+        metadata=metadata,
+        payload=payload,
+        synthetic=bool(write.synthetic),
+    )
+    return PreparedEvent(
+        event=event,
+        caller_id=write.id is not None,
+        metadata_json=metadata_json,
+        payload_json=payload_json,
+        message_json=None,
+    )
+
+
+def _check_compaction_payload(payload: Any) -> None:
+    kept = payload.get("kept_event_ids") if isinstance(payload, dict) else None
+    if not isinstance(kept, list) or not all(isinstance(i, str) for i in kept):
+        raise InvalidArgumentError(
+            'a COMPACTION payload must be {"kept_event_ids": [event ids...]}'
+        )
+    summaries = payload.get("summary_event_ids")
+    if summaries is not None and (
+        not isinstance(summaries, list) or not all(isinstance(i, str) for i in summaries)
+    ):
+        raise InvalidArgumentError("summary_event_ids must be a list of event ids")
