@@ -76,7 +76,6 @@ class PreparedEvent:
     """
 
     event: Event
-    caller_id: bool
     metadata_json: str
     payload_json: str | None
     message_json: MessageParts | None
@@ -319,7 +318,6 @@ def prepare_message(
     )
     return PreparedEvent(
         event=message,
-        caller_id=write.id is not None,
         metadata_json=metadata_json,
         payload_json=None,
         message_json=message_parts_json(message),
@@ -472,7 +470,6 @@ def prepare_event(session_id: str, write: EventWrite, now: datetime) -> Prepared
     )
     return PreparedEvent(
         event=event,
-        caller_id=write.id is not None,
         metadata_json=metadata_json,
         payload_json=payload_json,
         message_json=None,

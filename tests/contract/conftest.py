@@ -50,20 +50,6 @@ def _sqlite_url(tmp_path: Path) -> str | Unavailable:
     return missing or f"sqlite:///{tmp_path / 'contract.db'}"
 
 
-def _server_url(variable: str) -> BackendUrl:
-    """A backend on a server named by an environment variable (not wired in yet).
-
-    When these backends land, their entry should also give each test its own database
-    or schema so tests stay independent.
-    """
-
-    def url(tmp_path: Path) -> str | Unavailable:
-        value = os.environ.get(variable)
-        return value or Unavailable(f"set {variable} to a server URL to run this backend")
-
-    return url
-
-
 @dataclass(frozen=True, slots=True)
 class OnServer:
     """A backend whose tests share one server for the whole session: ``server`` names the
@@ -101,9 +87,6 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "memory": _memory_url,
     "sqlite": _sqlite_url,
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
-    # "mysql": _server_url("CONVOSTORE_TEST_MYSQL_URL"),
-    # "falkordb": _server_url("CONVOSTORE_TEST_FALKORDB_URL"),
-    # "neo4j": _server_url("CONVOSTORE_TEST_NEO4J_URL"),
 }
 
 

@@ -136,10 +136,6 @@ def freeze_store_clock(monkeypatch: pytest.MonkeyPatch, when: datetime) -> None:
     monkeypatch.setattr(convostore.prepare, "utc_now", lambda: when)
 
 
-def messages_only(events: Sequence[Event]) -> list[Message]:
-    return [e for e in events if isinstance(e, Message)]
-
-
 def ids(events: Sequence[Event] | Sequence[Session]) -> list[str]:
     return [e.id for e in events]
 
