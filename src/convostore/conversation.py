@@ -1082,7 +1082,7 @@ class ConversationFactory(BaseConversationFactory[StoredConversation]):
     ) -> SyncProxy:
         """A factory on a `convostore.sync` store, with blocking methods; the
         conversations it returns are blocking too (`add` is a plain call either way).
-        Listeners run on the facade's loop thread; `events` is for async code only."""
+        Listeners run on the facade's loop thread; `events` gives a plain iterator."""
         factory = cls(store.target, title_generator=title_generator, title_every=title_every)
         wrapped: SyncProxy = store.wrap(factory)
         return wrapped

@@ -1017,3 +1017,24 @@ def test_factories_take_async_stores_only(backend: BackendUnderTest) -> None:
             ConversationFactory(store)  # type: ignore[arg-type]
         with pytest.raises(InvalidArgumentError, match="title_every"):
             ConversationFactory(store.target, title_every=0)
+
+
+def test_a_sync_facade_reads_a_sessions_events_as_a_plain_iterator(
+    backend: BackendUnderTest,
+) -> None:
+    with convostore.sync.connect(backend()) as store:
+        factory = ConversationFactory.for_sync_store(store)
+        chat = factory.create_for_participants(None, ALICE, AGENT)
+        events = factory.events(chat.session_id)
+        first = chat.add(UserMessage("hello"))
+        chat.flush()
+        heard = [next(events) for _ in range(3)]
+
+    assert [type(e).__name__ for e in heard] == ["MessageEvent", "MessageEvent", "MessagePersisted"]
+    assert [e.status for e in heard if isinstance(e, MessageEvent)] == [
+        MessageStatus.ADDED,
+        MessageStatus.PERSISTED,
+    ]
+    assert all(
+        (e.message.id if isinstance(e, MessageEvent) else e.message_id) == first for e in heard
+    )
