@@ -465,79 +465,6 @@ async def test_a_locked_database_is_unavailable_and_nothing_leaks(db_path: Path)
     await store.close()
 
 
-async def test_text_sqlite_cannot_store_is_a_bad_argument(store: SQLiteStore) -> None:
-    session = await store.create_session(ADA)
-    with pytest.raises(InvalidArgumentError):
-        await store.add_message(session.id, MessageWrite(Role.USER, "lone \ud800 surrogate"))
-    assert await store.version(session.id) == 0
-
-
-async def test_huge_window_bounds_mean_no_bound(store: SQLiteStore) -> None:
-    session = await store.create_session(ADA)
-    await store.add_message(session.id, MessageWrite(Role.USER, "x"))
-    assert len(await store.read(session.id, EventFilter(limit=10**30))) == 1
-    assert len(await store.read(session.id, EventFilter(last=10**30))) == 1
-    assert await store.read(session.id, EventFilter(after_seq=10**30)) == []
-
-
-# ------------------------------------------------------------------ several stores on one file
-
-
-@pytest.fixture
-async def peers(db_path: Path) -> AsyncIterator[list[SQLiteStore]]:
-    opened = [await SQLiteStore.open(db_url(db_path)) for _ in range(8)]
-    yield opened
-    for peer in opened:
-        await peer.close()
-
-
-async def test_create_if_absent_races_across_stores(peers: list[SQLiteStore]) -> None:
-    results = await asyncio.gather(
-        *(
-            peer.create_session_if_absent(ADA, session_id="race", title=str(i))
-            for i, peer in enumerate(peers)
-        )
-    )
-    assert sorted(results) == [False] * 7 + [True]
-    assert await peers[0].count_sessions("ada") == 1
-
-
-async def test_one_batch_wins_a_version_across_stores(peers: list[SQLiteStore]) -> None:
-    session = await peers[0].create_session(ADA)
-    results = await asyncio.gather(
-        *(
-            peer.append_events(
-                session.id, [MessageWrite(Role.USER, f"from {i}"), EventWrite("APP.X")], 0
-            )
-            for i, peer in enumerate(peers)
-        )
-    )
-    assert results.count(True) == 1
-    assert await peers[3].version(session.id) == 1
-    assert [e.seq for e in await peers[5].read(session.id)] == [1, 2]
-
-
-async def test_appends_from_every_store_get_consecutive_seqs(peers: list[SQLiteStore]) -> None:
-    session = await peers[0].create_session(ADA)
-    await asyncio.gather(
-        *(
-            peer.add_message(session.id, MessageWrite(Role.USER, f"{i}-{n}"))
-            for n in range(5)
-            for i, peer in enumerate(peers)
-        )
-    )
-    events = await peers[1].read(session.id)
-    assert [e.seq for e in events] == list(range(1, 41))
-    assert await peers[2].version(session.id) == 40
-
-
-async def test_find_or_create_part_settles_on_one_across_stores(peers: list[SQLiteStore]) -> None:
-    parent = await peers[0].create_session(ADA)
-    parts = await asyncio.gather(*(peer.find_or_create_part(parent.id, BOT) for peer in peers))
-    assert len({part.id for part in parts}) == 1
-    assert len(await peers[4].list_parts(parent.id)) == 1
-
-
 # ------------------------------------------------------------------ query plans
 
 LONG_LOG = 3000
@@ -810,17 +737,6 @@ async def test_filters_in_sql_answer_as_the_reference(store: SQLiteStore) -> Non
         assert await store.read(session.id, event_filter) == apply_filter(events, validated), (
             event_filter
         )
-
-
-async def test_blank_means_what_str_strip_says(store: SQLiteStore) -> None:
-    """Messages of whitespace only (tabs, newlines, no-break spaces) wait for no vector,
-    as on every backend; SQL's trim() alone would see only spaces."""
-    session = await store.create_session(ADA)
-    for content in ("\n\t", "\u00a0\u3000", "  ", "", "word"):
-        await store.add_message(session.id, MessageWrite(Role.USER, content))
-    assert await store._count_pending_embeddings("m", (Role.USER,)) == 1
-    pending = await store._pending_embeddings("m", (Role.USER,), None, 10)
-    assert [p.content for p in pending] == ["word"]
 
 
 async def test_a_failed_open_leaves_no_thread_behind(

@@ -203,6 +203,7 @@ async def test_text_no_backend_can_store_is_refused_everywhere(store: Store, lon
         await store.create_session(ALICE, title=lone)
     with pytest.raises(InvalidArgumentError):
         await store.put_user(User(lone, "x"))
+    assert await store.read(session.id) == []
     assert await store.version(session.id) == 0
     assert await store.count_sessions(ALICE.id) == 1
 

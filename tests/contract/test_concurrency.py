@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import convostore.prepare
 from convostore import Event, SessionExistsError, Store, StoreError
+from convostore.prepare import prepare_append
 
 from .conftest import StoreFactory
 from .helpers import AGENT, ALICE, contents, event, new_session, say
@@ -26,7 +28,8 @@ async def stores(
         return [store]
     if not store.capabilities.cross_process:
         pytest.skip("the backend does not share a database between store objects")
-    return [store, *[await connect_store() for _ in range(3)]]
+    # One store object (its own connections) per writer.
+    return [store, *[await connect_store() for _ in range(WRITERS - 1)]]
 
 
 def pick(stores: list[Store], index: int) -> Store:
@@ -156,7 +159,7 @@ async def test_find_or_create_part_settles_on_one(stores: list[Store]) -> None:
 async def test_expiry_extended_concurrently_survives(stores: list[Store]) -> None:
     now = datetime(2024, 6, 1, tzinfo=UTC)
     sessions = [
-        await new_session(stores[0], expires_at=now - timedelta(days=1)) for _ in range(WRITERS)
+        await new_session(stores[0], expires_at=now - timedelta(days=1)) for _ in range(WRITERS * 4)
     ]
 
     async def extend(index: int) -> bool:
@@ -168,7 +171,7 @@ async def test_expiry_extended_concurrently_survives(stores: list[Store]) -> Non
         return True
 
     deleted, *extended = await asyncio.gather(
-        pick(stores, 0).delete_expired(before=now), *(extend(i) for i in range(WRITERS))
+        pick(stores, 0).delete_expired(before=now), *(extend(i) for i in range(len(sessions)))
     )
     for session, was_extended in zip(sessions, extended, strict=True):
         current = await stores[0].get_session(session.id)
@@ -178,3 +181,24 @@ async def test_expiry_extended_concurrently_survives(stores: list[Store]) -> Non
         else:
             assert current is None
     assert deleted == extended.count(False)
+
+
+async def test_last_activity_never_moves_back_under_lagging_writers(
+    stores: list[Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await new_session(stores[0])
+    late = datetime(2030, 1, 1, tzinfo=UTC)
+    monkeypatch.setattr(convostore.prepare, "utc_now", lambda: late)
+    await stores[0].add_message(session.id, say("from a fast clock"))
+    clocks = [late - timedelta(minutes=n) for n in range(1, WRITERS)]
+
+    async def lagging(index: int, when: datetime) -> None:
+        # The append as a writer whose clock lags would prepare it.
+        prepared = prepare_append(session.id, [say(f"at {when}", created_at=when)], None)
+        await pick(stores, index)._append(replace(prepared, activity_at=when))
+
+    await asyncio.gather(*(lagging(i + 1, when) for i, when in enumerate(clocks)))
+    current = await stores[0].get_session(session.id)
+    assert current is not None
+    assert current.last_activity_at == late
+    assert await stores[0].version(session.id) == WRITERS

@@ -280,3 +280,17 @@ async def test_a_custom_message_filter_replaces_the_default(connect_store: Store
 async def test_reembed_without_any_embedder_is_refused(store: Store) -> None:
     with pytest.raises(ValueError, match="embedder"):
         await store.reembed()
+
+
+async def test_only_messages_with_words_wait_for_a_vector(store: Store) -> None:
+    """Whitespace only, as str.strip() sees it (tabs, newlines, no-break and ideographic
+    spaces, line separators), is blank everywhere: such messages wait for no vector."""
+    session = await new_session(store)
+    for content in ("\n\t", "\u00a0\u3000", "  ", "", "\u3000\n\x1c ", "\u2028", "word"):
+        await store.add_message(session.id, MessageWrite(Role.USER, content))
+    assert await store._count_pending_embeddings("m", tuple(Role)) == 1
+    pending = await store._pending_embeddings("m", (Role.USER,), None, 10)
+    assert [p.content for p in pending] == ["word"]
+    embedder = CountingEmbedder()
+    assert (await store.reembed(embedder)).messages == 1
+    assert embedder.texts == ["word"]

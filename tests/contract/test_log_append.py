@@ -113,6 +113,21 @@ async def test_batch_with_an_id_already_in_this_log_conflicts(store: Store) -> N
     assert await snapshot(store, session.id) == before
 
 
+async def test_a_refused_batch_inserts_none_of_its_users(store: Store) -> None:
+    mine = await new_session(store)
+    other = await new_session(store, BOB)
+    await store.add_message(other.id, say("taken", id="taken"))
+    newcomer = User("newcomer", "Newcomer")
+    with pytest.raises(EventIdConflictError):
+        await store.append_events(
+            mine.id, [say("first", author=newcomer), say("clash", id="taken")], 0
+        )
+    assert await store.read(mine.id) == []
+    assert await store.version(mine.id) == 0
+    assert await store.get_user("newcomer") is None
+    assert await store.participants(mine.id) == []
+
+
 async def test_batch_giving_an_id_twice_conflicts(store: Store) -> None:
     session = await new_session(store)
     before = await snapshot(store, session.id)

@@ -457,3 +457,25 @@ async def test_set_narration_outside_the_session_writes_nothing(store: Store) ->
     assert await store.set_narration(second.id, other.id, "not a message") is False
     assert await store.read(first.id) == before
     assert await store.read(second.id) == [other]
+
+
+async def test_huge_window_bounds_mean_no_bound(store: Store) -> None:
+    session = await new_session(store)
+    await store.add_message(session.id, say("one"))
+    for huge in (2**63, 10**30):
+        assert len(await store.read(session.id, EventFilter(limit=huge))) == 1
+        assert len(await store.read(session.id, EventFilter(last=huge))) == 1
+        assert await store.read(session.id, EventFilter(after_seq=huge)) == []
+
+
+async def test_the_text_filter_folds_case_as_python_lower(store: Store) -> None:
+    """Case maps fully, as str.lower() does: a dotted capital I becomes two characters,
+    a final sigma stays final."""
+    session = await new_session(store)
+    content = "İSTANBUL ΟΔΟΣ Straße"
+    await store.add_message(session.id, say(content))
+    await store.add_message(session.id, say("istanbul οδοσ"))
+    for needle in [content.lower(), "İstanbul", "οδος", "ΟΔΟΣ", "straße"]:
+        found = await store.read(session.id, EventFilter(text=needle))
+        expected = [m for m in (content, "istanbul οδοσ") if needle.lower() in m.lower()]
+        assert contents(found) == expected, needle

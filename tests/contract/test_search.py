@@ -157,3 +157,41 @@ async def test_bad_search_arguments_are_refused(
 ) -> None:
     with pytest.raises(InvalidArgumentError):
         await searchable.search(**arguments)  # type: ignore[arg-type]
+
+
+async def test_a_narrowed_vector_search_still_returns_k_hits(searchable: Store) -> None:
+    mine = [await new_session(searchable, ALICE) for _ in range(3)]
+    for _ in range(3):
+        other = await new_session(searchable, BOB)
+        for n in range(40):
+            await searchable.add_message(other.id, MessageWrite(Role.USER, f"capital {n}"))
+    for session in mine:
+        for n in range(10):
+            await searchable.add_message(session.id, MessageWrite(Role.USER, f"france {n}"))
+
+    hits = await searchable.search("capital france", owner_id="alice", k=25)
+
+    assert len(hits) == 25
+    assert {hit.message.session_id for hit in hits} <= {s.id for s in mine}
+
+
+async def test_without_an_index_a_vector_meets_every_model_of_its_width(store: Store) -> None:
+    session = await new_session(store)
+    writes = [
+        MessageWrite(Role.USER, f"{model} {n}", embedding=vector, embedding_model=model)
+        for n in range(4)
+        for model, vector in (("a", [1.0, float(n), 0.0]), ("b", [0.0, 1.0, float(n)]))
+    ]
+    writes += [
+        MessageWrite(Role.USER, f"c {n}", embedding=[1.0] * 8, embedding_model="c")
+        for n in range(4)
+    ]
+    await store.append_events(session.id, writes, expected_version=0)
+    assert store.vector_index is None
+
+    hits = await store.search(vector=[1.0, 1.0, 1.0], k=1000)
+
+    assert {hit.message.embedding_model for hit in hits} == {"a", "b"}
+    assert len(hits) == 8
+    narrow = await store.search(vector=[0.5] * 8, k=1000)
+    assert [hit.message.embedding_model for hit in narrow] == ["c"] * 4
