@@ -9,16 +9,9 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from convostore import _json
-from convostore._codec import (
-    assets_from_json,
-    attachments_from_json,
-    data_from_json,
-    recipients_from_json,
-    tool_calls_from_json,
-)
+from convostore.backends._rows import RowReader, user_values
 from convostore.embedding import text_tokens
-from convostore.model import MESSAGE, Event, Message, Role, Session, SessionSummary, User
+from convostore.model import Message, User
 from convostore.prepare import PreparedEvent
 
 __all__ = [
@@ -34,56 +27,15 @@ __all__ = [
     "vector_text",
 ]
 
-_SUMMARY_OWNER = 13  # where the owner's columns start in a summary row
-_SUMMARY_STARTER = 19  # where the first author's columns start
 # tsvector limits: a lexeme of at most 2046 bytes, 256 positions each, 1 MiB of lexemes.
 MAX_LEXEME_BYTES: Final = 2046
 MAX_POSITIONS: Final = 255
 MAX_LEXEMES_BYTES: Final = (1 << 20) - 1
 
 
-def user_values(user: User) -> tuple[Any, ...]:
-    metadata = _json.dumps(dict(user.metadata), "user.metadata")
-    return (user.id, user.display_name, user.username, user.email, user.kind, metadata)
-
-
-def user_from_row(row: Sequence[Any], start: int = 0) -> User | None:
-    """The user whose columns start at ``start``; None where a join found none."""
-    user_id, display_name, username, email, kind, metadata = row[start : start + 6]
-    if user_id is None:
-        return None
-    return User(user_id, display_name, username, email, kind, _json.loads(metadata))
-
-
 def _utc(value: datetime) -> datetime:
     # Connections read times in UTC already; this only guards a server that overrides it.
     return value if value.tzinfo is UTC else value.astimezone(UTC)
-
-
-def session_from_row(row: Sequence[Any]) -> Session:
-    return Session(
-        id=row[0],
-        owner_id=row[1],
-        title=row[2],
-        kind=row[3],
-        part_of=row[4],
-        held_with=row[5],
-        created_at=_utc(row[6]),
-        last_activity_at=_utc(row[7]),
-        expires_at=None if row[8] is None else _utc(row[8]),
-        metadata=_json.loads(row[9]),
-        version=row[10],
-        stamp=row[11],
-    )
-
-
-def summary_from_row(row: Sequence[Any]) -> SessionSummary:
-    return SessionSummary(
-        session=session_from_row(row),
-        owner=user_from_row(row, _SUMMARY_OWNER),
-        message_count=row[12],
-        started_by=user_from_row(row, _SUMMARY_STARTER),
-    )
 
 
 def vector_text(vector: Sequence[float]) -> str:
@@ -183,46 +135,12 @@ _USER_KEYS: Final = ("id", "display_name", "username", "email", "kind", "metadat
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def event_from_row(row: Sequence[Any], start: int = 0) -> Event:
-    """The event whose columns (`statements.EVENT_FIELDS`) start at ``start``."""
-    (
-        session_id, seq, event_id, event_type, created_at, branch, metadata, payload,
-        synthetic, role, content, author_id, recipient_ids, in_reply_to, tool_calls,
-        tool_call_id, attachments, data, assets, narration, embedding, embedding_model,
-        stamp,
-    ) = row[start : start + 23]  # fmt: skip
-    if event_type != MESSAGE:
-        return Event(
-            id=event_id,
-            session_id=session_id,
-            seq=seq,
-            type=event_type,
-            created_at=_utc(created_at),
-            branch=branch,
-            metadata=_json.loads(metadata),
-            payload=None if payload is None else _json.loads(payload),
-            synthetic=synthetic,
-        )
-    return Message(
-        id=event_id,
-        session_id=session_id,
-        seq=seq,
-        created_at=_utc(created_at),
-        branch=branch,
-        metadata=_json.loads(metadata),
-        synthetic=synthetic,
-        role=Role(role),
-        content=content,
-        author_id=author_id,
-        recipient_ids=recipients_from_json(recipient_ids),
-        in_reply_to=in_reply_to,
-        tool_calls=tool_calls_from_json(tool_calls),
-        tool_call_id=tool_call_id,
-        attachments=attachments_from_json(attachments),
-        data=data_from_json(data),
-        assets=assets_from_json(assets),
-        narration=narration,
-        embedding=None if embedding is None else tuple(embedding),
-        embedding_model=embedding_model,
-        stamp=stamp,
-    )
+def _vector(value: Sequence[float] | None) -> tuple[float, ...] | None:
+    return None if value is None else tuple(value)
+
+
+_READER = RowReader(time_of=_utc, vector_of=_vector)
+user_from_row = _READER.user
+session_from_row = _READER.session
+summary_from_row = _READER.summary
+event_from_row = _READER.event
