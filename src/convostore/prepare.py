@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 from array import array
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,7 @@ from convostore import _json
 from convostore._codec import MessageParts, message_parts_json
 from convostore._time import require_aware, utc_now
 from convostore.cursors import Keyset, decode_cursor
-from convostore.errors import EventIdConflictError, InvalidArgumentError
+from convostore.errors import EventIdConflictError, InvalidArgumentError, SessionNotFoundError
 from convostore.filters import parse_role, validate_branch, validate_event_type
 from convostore.ids import new_id
 from convostore.model import (
@@ -174,6 +174,18 @@ def prepare_session(
         users_to_insert=tuple(users),
         required_user_ids=tuple(dict.fromkeys(required)),
     )
+
+
+def owned_by_parent(new: NewSession, parent: tuple[str | None, str | None] | None) -> NewSession:
+    """``new``, a part, owned by its parent, given the parent's (owner_id, part_of) as
+    read in the transaction that inserts it; None when there is no parent."""
+    part_of = new.session.part_of
+    if parent is None:
+        raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+    owner_id, parent_part_of = parent
+    if parent_part_of is not None:
+        raise InvalidArgumentError("part_of must name a top-level session")
+    return replace(new, session=replace(new.session, owner_id=owner_id))
 
 
 def prepare_changes(indexed_keys: frozenset[str], session: Session) -> SessionChanges:

@@ -35,7 +35,6 @@ from convostore.embedding import (
 from convostore.errors import (
     InvalidArgumentError,
     NotIndexedError,
-    SessionNotFoundError,
 )
 from convostore.filters import (
     EventFilter,
@@ -340,20 +339,11 @@ class Store(abc.ABC):
         kind: str = "chat",
     ) -> Session:
         """`find_part`, or a new part owned by the parent's owner. Under a race every
-        caller settles on the same, earliest, session."""
-        parent = await self._get_session(check_id(part_of, "part_of"))
-        if parent is None:
-            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+        caller settles on the same, earliest, session. An unknown parent raises
+        `SessionNotFoundError`, a parent that is itself a part `InvalidArgumentError`."""
+        # The owner is the parent's, which the backend reads in the same transaction.
         new = prepare_session(
-            self.indexed_metadata,
-            parent.owner_id,
-            None,
-            title,
-            kind,
-            part_of,
-            held_with,
-            None,
-            None,
+            self.indexed_metadata, None, None, title, kind, part_of, held_with, None, None
         )
         return await self._find_or_insert_part(new)
 
@@ -666,7 +656,9 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def _find_or_insert_part(self, new: NewSession) -> Session:
         """The earliest part of ``new.session.part_of`` held with ``new.session.held_with``,
-        or ``new`` inserted as in `_insert_session`, atomically."""
+        or ``new`` inserted as in `_insert_session` with the parent's owner as its owner
+        (``new.session.owner_id`` is ignored), atomically. A missing parent is
+        `SessionNotFoundError`, a parent that is itself a part `InvalidArgumentError`."""
 
     @abc.abstractmethod
     async def _get_session(self, session_id: str) -> Session | None: ...

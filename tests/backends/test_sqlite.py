@@ -49,7 +49,6 @@ from convostore.backends.sqlite.search import VectorCache
 from convostore.backends.sqlite.worker import ConnectionWorker
 from convostore.embedding import HashingEmbedder, Metric
 from convostore.filters import active_view, apply_filter
-from convostore.prepare import prepare_session
 
 ADA = User("ada", "Ada")
 BOT = User("bot", "Bot", kind="agent")
@@ -370,11 +369,8 @@ async def test_every_operation_is_one_thread_hop(
     assert await hops_of(store.update_session(replace(fresh, title="u"))) == 1
     message = (await store.messages(session.id))[0]
     assert await hops_of(store.set_narration(session.id, message.id, "n")) == 1
-    # find_or_create_part reads the parent first (in Store), then makes one hop.
-    part = prepare_session(
-        store.indexed_metadata, "ada", None, None, "chat", session.id, BOT, None, None
-    )
-    assert await hops_of(store._find_or_insert_part(part)) == 1
+    # find_or_create_part reads the parent inside its one transaction.
+    assert await hops_of(store.find_or_create_part(session.id, BOT)) == 1
 
 
 async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) -> None:

@@ -38,7 +38,14 @@ from convostore.model import (
     SessionSummary,
     User,
 )
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges, new_stamp
+from convostore.prepare import (
+    AppendOutcome,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    new_stamp,
+    owned_by_parent,
+)
 from convostore.store import Capabilities, Store
 
 __all__ = ["MemoryStore"]
@@ -121,9 +128,14 @@ class MemoryStore(Store):
 
     async def _find_or_insert_part(self, new: NewSession) -> Session:
         with self._lock:
-            assert new.session.part_of is not None
-            assert new.session.held_with is not None
-            found = self._find(new.session.part_of, new.session.held_with)
+            part_of, held_with = new.session.part_of, new.session.held_with
+            assert part_of is not None
+            assert held_with is not None
+            parent = self._sessions.get(part_of)
+            new = owned_by_parent(
+                new, None if parent is None else (parent.session.owner_id, parent.session.part_of)
+            )
+            found = self._find(part_of, held_with)
             if found is not None:
                 return found
             inserted = self._insert(new, if_absent=False)

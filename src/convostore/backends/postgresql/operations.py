@@ -38,7 +38,13 @@ from convostore.filters import (
     compose_view,
 )
 from convostore.model import Event, Session, User
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
+from convostore.prepare import (
+    AppendOutcome,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    owned_by_parent,
+)
 
 __all__ = [
     "append",
@@ -165,10 +171,11 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
     async with connection.pipeline(), connection.transaction():
         # Each statement sees what committed before it ran: the look runs after the lock
         # is granted, though BEGIN, the lock and the look travel in one round trip.
-        await connection.execute(sql.LOCK_PARENT, (session.part_of,))
+        locked = await connection.execute(sql.LOCK_PARENT, (session.part_of,))
         found = await connection.execute(
             sql.FIND_PART, (session.part_of, session.held_with), binary=True
         )
+        new = owned_by_parent(new, await locked.fetchone())
         row = await found.fetchone()
         if row is not None:
             return session_from_row(row)

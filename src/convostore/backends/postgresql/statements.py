@@ -130,7 +130,7 @@ SELECT EXISTS (SELECT 1 FROM inserted), EXISTS (SELECT 1 FROM sessions WHERE id 
     (SELECT part_of FROM parent), (SELECT owner_id FROM parent)"""
 # Taken before looking for a part: every caller of find_or_create_part for one parent
 # then looks (and inserts) one after another, so all settle on the earliest part.
-LOCK_PARENT: Final = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
+LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR UPDATE"
 FIND_PART: Final = (
     f"SELECT {SESSION_COLUMNS} FROM sessions"
     " WHERE part_of = %s AND held_with = %s ORDER BY id LIMIT 1"

@@ -40,7 +40,13 @@ from convostore.filters import (
     is_turn_start,
 )
 from convostore.model import Event, Session, User
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
+from convostore.prepare import (
+    AppendOutcome,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    owned_by_parent,
+)
 
 __all__ = [
     "read_all",
@@ -145,6 +151,8 @@ def write_insert_session(
 def write_find_or_insert_part(connection: Connection, new: NewSession) -> Session:
     """Under the write lock no other part can appear between the look and the insert,
     so every caller settles on the earliest part."""
+    parent = connection.execute(sql.SELECT_PARENT, (new.session.part_of,)).fetchone()
+    new = owned_by_parent(new, parent)
     session = new.session
     found = connection.execute(sql.FIND_PART, (session.part_of, session.held_with)).fetchone()
     if found is not None:
