@@ -35,13 +35,12 @@ import numpy as np
 import numpy.typing as npt
 
 import convostore
-from convostore import MessageWrite, Role, User
+from convostore import User
 from convostore._time import utc_now
 from convostore.ids import new_id
 from convostore.prepare import new_stamp
+from workload import AUTHOR, CONTENT, store_appends
 
-AUTHOR = User("ada", "Ada")
-CONTENT = "What is the capital of France? Answer in one word, please."
 WIDTH = 384
 MODEL = "bench-clustered-384"
 TOPICS = 1000
@@ -61,28 +60,6 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 # ---------------------------------------------------------------------------- appends
-
-
-async def store_appends(url: str, count: int, writers: int) -> float:
-    """Messages per second through `Store.add_message`, from ``writers`` conversations."""
-    store = await convostore.connect(url)
-    try:
-        await store.put_user(AUTHOR)
-        write = MessageWrite(Role.USER, CONTENT, author=AUTHOR.id)
-        sessions = [await store.create_session(AUTHOR) for _ in range(writers)]
-        for session in sessions:
-            await store.add_message(session.id, write)  # Prepares the statements.
-
-        async def converse(session_id: str, messages: int) -> None:
-            for _ in range(messages):
-                await store.add_message(session_id, write)
-
-        each = count // writers
-        started = time.perf_counter()
-        await asyncio.gather(*(converse(session.id, each) for session in sessions))
-        return each * writers / (time.perf_counter() - started)
-    finally:
-        await store.close()
 
 
 async def raw_appends(url: str, count: int, writers: int = 1) -> float:

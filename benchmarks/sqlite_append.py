@@ -24,8 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import convostore
-from convostore import MessageWrite, Role, User
 from convostore._time import to_micros, utc_now
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import open_connection
@@ -33,32 +31,18 @@ from convostore.backends.sqlite.schema import prepare_database
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.ids import new_id
 from convostore.prepare import new_stamp
+from workload import AUTHOR, CONTENT
+from workload import store_appends as appends_through_store
 
-AUTHOR = User("ada", "Ada")
-CONTENT = "What is the capital of France? Answer in one word, please."
 PARTS_JSON = "[]"
 REQUIRED_USERS = '["ada"]'  # The author, given by id, must be a stored user.
 
 
 async def store_appends(path: Path, synchronous: str, count: int, writers: int) -> float:
-    """Messages per second through `Store.add_message`, from ``writers`` conversations."""
-    store = await convostore.connect(f"sqlite:///{path}?synchronous={synchronous}")
-    try:
-        write = MessageWrite(Role.USER, CONTENT, author=AUTHOR.id)
-        sessions = [await store.create_session(AUTHOR) for _ in range(writers)]
-        for session in sessions:
-            await store.add_message(session.id, write)  # Warm the statement caches.
-
-        async def converse(session_id: str, messages: int) -> None:
-            for _ in range(messages):
-                await store.add_message(session_id, write)
-
-        each = count // writers
-        started = time.perf_counter()
-        await asyncio.gather(*(converse(session.id, each) for session in sessions))
-        return each * writers / (time.perf_counter() - started)
-    finally:
-        await store.close()
+    """Messages per second through `Store.add_message` on a SQLite file."""
+    return await appends_through_store(
+        f"sqlite:///{path}?synchronous={synchronous}", count, writers
+    )
 
 
 def raw_appends(path: Path, synchronous: str, count: int) -> float:
