@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from convostore import _json
 from convostore._time import require_aware
 from convostore.errors import InvalidArgumentError
 from convostore.model import COMPACTION, MESSAGE, Event, Message, Role
@@ -78,6 +79,8 @@ class EventFilter:
             raise InvalidArgumentError("use either limit (oldest first) or last, not both")
         if self.text is not None and not isinstance(self.text, str):
             raise InvalidArgumentError("text must be a string")
+        if self.text is not None:
+            _json.check_text(self.text, "text")
         return replace(
             self,
             roles=roles,

@@ -126,8 +126,12 @@ def normalized_metadata(metadata: Mapping[str, Any] | None) -> tuple[dict[str, A
 def indexed_pairs(
     indexed_keys: frozenset[str], metadata: Mapping[str, Any]
 ) -> tuple[tuple[str, str], ...]:
+    """The (key, value) entries of the metadata index; a value is indexed as text, so it
+    must be text every backend can hold."""
     return tuple(
-        (key, _json.index_value(metadata[key])) for key in sorted(indexed_keys) if key in metadata
+        (key, _json.check_text(_json.index_value(metadata[key]), f"metadata {key!r}"))
+        for key in sorted(indexed_keys)
+        if key in metadata
     )
 
 

@@ -365,7 +365,8 @@ class Store(abc.ABC):
                 f"metadata key {name!r} is not indexed; pass it in connect(..., "
                 "indexed_metadata=[...]) to search by it"
             )
-        return await self._find_sessions_by_metadata(name, _json.index_value(value))
+        wanted = _json.check_text(_json.index_value(value), "metadata value")
+        return await self._find_sessions_by_metadata(name, wanted)
 
     async def delete_expired(self, before: datetime | None = None) -> int:
         """Delete every session with ``expires_at < before`` (default: now), with its

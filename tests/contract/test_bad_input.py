@@ -203,6 +203,8 @@ async def test_text_no_backend_can_store_is_refused_everywhere(store: Store, lon
         await store.create_session(ALICE, title=lone)
     with pytest.raises(InvalidArgumentError):
         await store.put_user(User(lone, "x"))
+    with pytest.raises(InvalidArgumentError):
+        await store.read(session.id, EventFilter(text=lone))
     assert await store.read(session.id) == []
     assert await store.version(session.id) == 0
     assert await store.count_sessions(ALICE.id) == 1
@@ -216,3 +218,18 @@ async def test_json_values_may_hold_a_nul(store: Store) -> None:
     assert (await store.get_session(session.id)).metadata == {"note": "a\x00b"}  # type: ignore[union-attr]
     [stored] = await store.messages(session.id)
     assert stored.metadata == message.metadata == {"note": "c\x00d"}
+
+
+@pytest.mark.parametrize("lone", ["lone \ud800 surrogate", "nul \x00 inside"])
+async def test_indexed_metadata_is_text_every_backend_can_hold(
+    indexed_store: Store, lone: str
+) -> None:
+    with pytest.raises(InvalidArgumentError):
+        await indexed_store.create_session(ALICE, metadata={"tenant": lone})
+    with pytest.raises(InvalidArgumentError):
+        await indexed_store.find_sessions_by_metadata("tenant", lone)
+    assert await indexed_store.count_sessions(ALICE.id) == 0
+    # Outside the index, JSON holds a NUL as an escape.
+    if "\x00" in lone:
+        session = await indexed_store.create_session(ALICE, metadata={"note": lone})
+        assert await indexed_store.get_session(session.id) == session
