@@ -261,8 +261,11 @@ async def reembed(
     *,
     batch_size: int = 64,
     max_failed_calls: int = 5,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> ReembedReport:
-    """Embed every message that has no vector or another model's (see `Store.reembed`)."""
+    """Embed every message that has no vector or another model's (see `Store.reembed`).
+    ``on_progress(done, total)`` is called after each page: messages handled so far
+    (embedded, failed or skipped) of those pending at the start."""
     if batch_size < 1 or max_failed_calls < 1:
         raise InvalidArgumentError("batch_size and max_failed_calls must be positive")
     spec = VectorIndexSpec.of(embedder)
@@ -283,6 +286,8 @@ async def reembed(
             if embedded:
                 await store._set_embeddings(spec.model, embedded)
                 run.embedded += len(embedded)
+            if on_progress is not None:
+                on_progress(min(total, run.embedded + len(run.failed) + run.skipped), total)
     finally:
         await store._end_reembed(spec)
     report = ReembedReport(messages=run.embedded, index_recreated=recreated)

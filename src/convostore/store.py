@@ -543,13 +543,19 @@ class Store(abc.ABC):
         embedded = await self.embedder.embed([query])
         return check_vectors(embedded, 1, self.embedder.dimensions)[0]
 
-    async def reembed(self, embedder: Embedder | None = None) -> ReembedReport:
+    async def reembed(
+        self,
+        embedder: Embedder | None = None,
+        *,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> ReembedReport:
         """Embed every message that has no vector or another model's, with ``embedder``
         (default: the store's, which it replaces), in pages. A failing batch is split
         down to single messages; a wrong number of vectors is a failed call; after a
         bounded run of failed calls the service is taken for dead. The vector index is
         always restored. Raises `ReembedIncompleteError` naming the messages that
-        failed and how many were never tried; a rerun touches only what is pending."""
+        failed and how many were never tried; a rerun touches only what is pending.
+        ``on_progress(done, total)`` is called after each page."""
         from convostore.embedding import reembed
 
         chosen = self.embedder if embedder is None else _filtering(embedder)
@@ -560,7 +566,7 @@ class Store(abc.ABC):
         self.embedder = chosen
         self.vector_index = VectorIndexSpec.of(chosen)
         self.vector_index_drift = None
-        return await reembed(self, chosen)
+        return await reembed(self, chosen, on_progress=on_progress)
 
     async def _begin_reembed(self, spec: VectorIndexSpec) -> bool:
         """Point the vector index at ``spec``; True when that recreated it."""
