@@ -14,4 +14,10 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,server,test-servers]'
+# The web inspector's test drives Debian's Chromium with its driver (never a downloaded
+# browser).
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi

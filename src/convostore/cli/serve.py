@@ -1,0 +1,63 @@
+"""``convostore serve``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from convostore.cli._common import add_command, add_url, err_console
+
+
+def register(subparsers: Any) -> None:
+    parser = add_command(
+        subparsers,
+        "serve",
+        "serve a store over HTTP, with the web inspector at /",
+        "The API is under /v1 (OpenAPI at /openapi.json, docs at /docs); every call "
+        "takes `Authorization: Bearer <key>` from `convostore keys create`. Needs the "
+        "server extra: pip install 'convostore[server]'.",
+        """
+convostore serve --url sqlite:///chat.db
+convostore serve --url postgresql://localhost/app --host 0.0.0.0 --port 8080
+convostore serve --url sqlite:///chat.db --embedder minilm --max-body-bytes 4000000
+""",
+    )
+    add_url(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    parser.add_argument(
+        "--embedder", help="embed messages and search by meaning (see `reembed --help`)"
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=1_048_576, help="largest request body (413 beyond)"
+    )
+    parser.add_argument(
+        "--indexed-metadata",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a session metadata key to look sessions up by (repeatable)",
+    )
+    parser.set_defaults(run=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    from convostore import connect
+    from convostore.cli.reembed import embedder_from_spec
+    from convostore.server import create_app
+
+    try:
+        import uvicorn
+    except ImportError:
+        from convostore.cli._common import fail
+
+        return fail("the server needs uvicorn: pip install 'convostore[server]'")
+    embedder = None if args.embedder is None else embedder_from_spec(args.embedder)
+    async with await connect(
+        args.url, embedder=embedder, indexed_metadata=args.indexed_metadata
+    ) as store:
+        app = create_app(store, max_body_bytes=args.max_body_bytes)
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+        err_console.print(f"convostore on {args.url}: http://{args.host}:{args.port}/")
+        await uvicorn.Server(config).serve()
+    return 0

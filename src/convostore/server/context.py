@@ -1,0 +1,119 @@
+"""What every request handler reaches: the store, the keys, the scope checks, the
+wake-ups of live streams and the background jobs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+
+from convostore.compaction import Summarize
+from convostore.errors import SessionNotFoundError
+from convostore.keys import ApiKey, KeyRing, is_reserved_session
+from convostore.model import Session
+from convostore.store import Store
+
+__all__ = ["Context", "Key", "Wakeups", "context", "current_key"]
+
+
+class Wakeups:
+    """Wakes the live streams of a session when this server appended to it. Writes by
+    other processes are found by each stream's periodic look."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, set[asyncio.Event]] = {}
+
+    def notify(self, session_id: str) -> None:
+        for event in self._waiting.get(session_id, ()):
+            event.set()
+
+    async def wait(self, session_id: str, seconds: float) -> None:
+        """Until this server writes to the session, or ``seconds`` pass."""
+        event = asyncio.Event()
+        waiting = self._waiting.setdefault(session_id, set())
+        waiting.add(event)
+        try:
+            async with asyncio.timeout(seconds):
+                await event.wait()
+        except TimeoutError:
+            pass
+        finally:
+            waiting.discard(event)
+            if not waiting:
+                self._waiting.pop(session_id, None)
+
+
+@dataclass(slots=True)
+class Job:
+    id: str
+    kind: str
+    state: str = "running"
+    done: int = 0
+    total: int | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True)
+class Context:
+    store: Store
+    keys: KeyRing
+    summarize: Summarize | None
+    poll_interval: float
+    wakeups: Wakeups = field(default_factory=Wakeups)
+    jobs: dict[str, Job] = field(default_factory=dict)
+
+    async def session(self, key: ApiKey, session_id: str) -> Session:
+        """The session, if this key may see it; otherwise 404, as for a missing one."""
+        found = None
+        if not is_reserved_session(session_id):
+            found = await self.store.get_session(session_id)
+        if found is None or not key.can_see(found.owner_id):
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        return found
+
+    def owner_scope(self, key: ApiKey, owner_id: str | None) -> str:
+        """The owner a listing or search keeps to: the key's own, or (admin keys only)
+        the one named."""
+        if owner_id is None:
+            if key.owner_id is None:
+                raise HTTPException(422, "an admin key without an owner must name owner_id")
+            return key.owner_id
+        if not key.can_see(owner_id):
+            raise HTTPException(403, "this key reaches only its own owner's sessions")
+        return owner_id
+
+    def require_admin(self, key: ApiKey) -> None:
+        if not key.admin:
+            raise HTTPException(403, "this needs an admin key")
+
+    def changed(self, session_id: str) -> None:
+        self.wakeups.notify(session_id)
+
+
+def context(request: Request) -> Context:
+    ctx: Context = request.app.state.convostore
+    return ctx
+
+
+async def current_key(request: Request) -> ApiKey:
+    """The request's key, from ``Authorization: Bearer <key>``; 401 otherwise."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    key = None
+    if scheme.lower() == "bearer" and token.strip():
+        key = await context(request).keys.authenticate(token.strip())
+    if key is None:
+        raise HTTPException(
+            401, "a valid API key is needed", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return key
+
+
+Ctx = Annotated[Context, Depends(context)]
+Key = Annotated[ApiKey, Depends(current_key)]
+OnChange = Callable[[str], None]

@@ -1,0 +1,314 @@
+"""The log (append, batches, reads with every filter, narration), search, compaction
+and re-embedding jobs."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, Response
+
+from convostore.compaction import (
+    AnyOf,
+    CompactionStrategy,
+    CompactionTrigger,
+    SlidingWindow,
+    TokenBudget,
+    TokenCount,
+    TurnCount,
+    TurnWindow,
+)
+from convostore.errors import ConflictError, ReembedIncompleteError, StoreError
+from convostore.filters import EventFilter
+from convostore.ids import new_id
+from convostore.model import Event, EventWrite, MessageWrite
+from convostore.records import event_to_json, write_from_json
+from convostore.server.context import Context, Ctx, Job, Key
+from convostore.server.openapi import problems
+from convostore.server.schemas import (
+    BatchIn,
+    CompactIn,
+    CompactOut,
+    EventIn,
+    EventList,
+    EventOut,
+    HitList,
+    JobOut,
+    NarrationBody,
+    SearchIn,
+    StrategyIn,
+    TriggerIn,
+    Version,
+)
+
+router = APIRouter(prefix="/v1")
+
+Names = Annotated[list[str] | None, Query()]
+
+
+def to_write(body: EventIn) -> MessageWrite | EventWrite:
+    record = body.model_dump(exclude_unset=True, by_alias=True)
+    if body.role is not None and "content" not in record:
+        raise HTTPException(422, "a message needs content")
+    return write_from_json(record)
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    return event_to_json(event)
+
+
+@router.post(
+    "/sessions/{session_id}/events",
+    tags=["log"],
+    status_code=201,
+    response_model=EventOut,
+    responses={200: {"description": "A retried append: the stored event"}, **problems(404, 409)},
+)
+async def append_event(
+    session_id: str, body: EventIn, key: Key, ctx: Ctx, response: Response
+) -> dict[str, Any]:
+    """Append a message or an event. Idempotent by ``id``: a retried append answers 200
+    with the stored event and writes nothing; an id of another session's log is 409."""
+    await ctx.session(key, session_id)
+    write = to_write(body)
+    before = await ctx.store.version(session_id)
+    event = await ctx.store.append_event(session_id, write)
+    if await ctx.store.version(session_id) == before:
+        response.status_code = 200
+    else:
+        ctx.changed(session_id)
+    return event_json(event)
+
+
+@router.post(
+    "/sessions/{session_id}/events/batch",
+    tags=["log"],
+    response_model=Version,
+    responses=problems(404, 409),
+)
+async def append_batch(session_id: str, body: BatchIn, key: Key, ctx: Ctx) -> dict[str, int]:
+    """Append all the events or none, only if the log's version is
+    ``expected_version``: 409 (nothing written) otherwise."""
+    await ctx.session(key, session_id)
+    writes = [to_write(item) for item in body.events]
+    if not await ctx.store.append_events(session_id, writes, body.expected_version):
+        raise ConflictError(
+            f"the log's version is no longer {body.expected_version}; nothing was written"
+        )
+    ctx.changed(session_id)
+    return {"version": await ctx.store.version(session_id)}
+
+
+@router.get(
+    "/sessions/{session_id}/events",
+    tags=["log"],
+    response_model=EventList,
+    responses=problems(404),
+)
+async def read_events(
+    session_id: str,
+    key: Key,
+    ctx: Ctx,
+    active_view: bool = False,
+    types: Names = None,
+    roles: Names = None,
+    exclude_synthetic: bool = False,
+    branch: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    text: str | None = None,
+    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
+    last: Annotated[int | None, Query(ge=0, le=10_000)] = None,
+    vectors: bool = False,
+) -> dict[str, Any]:
+    """The events that pass every filter given, oldest first (see `EventFilter`:
+    ``last`` widens back to a turn start; ``after_seq`` + ``limit`` page forward).
+    Vectors are left out unless ``vectors=true``."""
+    await ctx.session(key, session_id)
+    version = await ctx.store.version(session_id)
+    events = await ctx.store.read(
+        session_id,
+        EventFilter(
+            active_view=active_view,
+            types=types,
+            roles=roles,
+            exclude_synthetic=exclude_synthetic,
+            branch=branch,
+            since=since,
+            until=until,
+            text=text,
+            after_seq=after_seq,
+            limit=limit,
+            last=last,
+        ),
+    )
+    return {"items": [event_to_json(e, vectors=vectors) for e in events], "version": version}
+
+
+@router.get(
+    "/sessions/{session_id}/version", tags=["log"], response_model=Version, responses=problems(404)
+)
+async def version(session_id: str, key: Key, ctx: Ctx) -> dict[str, int]:
+    """The log's version: +1 for every append that added an event and every batch."""
+    await ctx.session(key, session_id)
+    return {"version": await ctx.store.version(session_id)}
+
+
+@router.put(
+    "/sessions/{session_id}/messages/{message_id}/narration",
+    tags=["log"],
+    status_code=204,
+    responses=problems(404),
+)
+async def set_narration(
+    session_id: str, message_id: str, body: NarrationBody, key: Key, ctx: Ctx
+) -> Response:
+    """Set or clear a message's narration; 404 for a message not in that session."""
+    await ctx.session(key, session_id)
+    if not await ctx.store.set_narration(session_id, message_id, body.narration):
+        raise HTTPException(404, f"no message {message_id!r} in that session")
+    ctx.changed(session_id)
+    return Response(status_code=204)
+
+
+@router.post("/search", tags=["search"], response_model=HitList, responses=problems(403, 404))
+async def search(body: SearchIn, key: Key, ctx: Ctx) -> dict[str, Any]:
+    """Messages that match, best first: ``vector`` (by meaning), ``text`` (every word)
+    or ``hybrid``; within the key's owner (admin keys: ``owner_id``, or everyone)."""
+    owner: str | None
+    owner = None if key.admin and body.owner_id is None else ctx.owner_scope(key, body.owner_id)
+    if body.session_id is not None:
+        await ctx.session(key, body.session_id)
+    hits = await ctx.store.search(
+        body.query,
+        vector=body.vector,
+        mode=body.mode,
+        owner_id=owner,
+        session_id=body.session_id,
+        k=body.k,
+        roles=body.roles,
+    )
+    return {
+        "items": [
+            {"message": event_to_json(h.message, vectors=False), "score": h.score} for h in hits
+        ]
+    }
+
+
+def _strategy(spec: StrategyIn) -> CompactionStrategy:
+    if spec.kind == "sliding_window" and spec.keep_last is not None:
+        return SlidingWindow(spec.keep_last)
+    if spec.kind == "turn_window" and spec.keep_turns is not None:
+        return TurnWindow(spec.keep_turns)
+    if spec.kind == "token_budget" and spec.max_tokens is not None:
+        return TokenBudget(spec.max_tokens)
+    needs = {"sliding_window": "keep_last", "turn_window": "keep_turns"}
+    raise HTTPException(422, f"{spec.kind} needs {needs.get(spec.kind, 'max_tokens')}")
+
+
+def _trigger(spec: TriggerIn | None) -> CompactionTrigger | None:
+    if spec is None:
+        return None
+    triggers: list[CompactionTrigger] = []
+    if spec.turn_count is not None:
+        triggers.append(TurnCount(spec.turn_count))
+    if spec.token_count is not None:
+        triggers.append(TokenCount(spec.token_count))
+    if not triggers:
+        return None
+    return triggers[0] if len(triggers) == 1 else AnyOf(*triggers)
+
+
+@router.post(
+    "/sessions/{session_id}/compact",
+    tags=["log"],
+    response_model=CompactOut,
+    responses=problems(404),
+)
+async def compact(session_id: str, body: CompactIn, key: Key, ctx: Ctx) -> dict[str, Any]:
+    """Compact the active view with a strategy: the events that leave it are
+    summarized by ``summary`` (or the server's summarizer) in one version-checked
+    batch. ``compacted`` is false, and nothing written, when the trigger does not fire,
+    nothing leaves the view, or another writer moved the log first."""
+    await ctx.session(key, session_id)
+    strategy, trigger = _strategy(body.strategy), _trigger(body.trigger)
+    summary = body.summary
+    if summary is not None:
+        summarize: Any = lambda events: summary  # noqa: E731
+    elif ctx.summarize is not None:
+        summarize = ctx.summarize
+    else:
+        raise HTTPException(422, "give a summary: this server has no summarizer")
+    result = await ctx.store.compact(session_id, strategy, summarize, trigger)
+    if result is None:
+        return {"compacted": False, "version": await ctx.store.version(session_id)}
+    ctx.changed(session_id)
+    return {
+        "compacted": True,
+        "boundary_id": result.boundary_id,
+        "summary_ids": list(result.summary_ids),
+        "kept_event_ids": list(result.kept_event_ids),
+        "compacted_event_ids": list(result.compacted_event_ids),
+        "version": result.version,
+    }
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "state": job.state,
+        "done": job.done,
+        "total": job.total,
+        "error": job.error,
+        **job.result,
+    }
+
+
+async def _run_reembed(ctx: Context, job: Job) -> None:
+    def progress(done: int, total: int) -> None:
+        job.done, job.total = done, total
+
+    try:
+        report = await ctx.store.reembed(on_progress=progress)
+    except ReembedIncompleteError as error:
+        job.state, job.error = "failed", str(error)
+        job.result = {"messages": error.report.messages}
+    except StoreError as error:
+        job.state, job.error = "failed", str(error)
+    else:
+        job.state = "done"
+        job.result = {"messages": report.messages, "index_recreated": report.index_recreated}
+
+
+@router.post(
+    "/jobs/reembed",
+    tags=["jobs"],
+    status_code=202,
+    response_model=JobOut,
+    responses=problems(403, 409),
+)
+async def start_reembed(key: Key, ctx: Ctx) -> dict[str, Any]:
+    """Start embedding every message that lacks a vector of the store's embedder;
+    read its progress at ``/v1/jobs/{id}``. Admin keys only; one run at a time."""
+    ctx.require_admin(key)
+    if ctx.store.embedder is None:
+        raise HTTPException(409, "the store has no embedder")
+    if any(j.kind == "reembed" and j.state == "running" for j in ctx.jobs.values()):
+        raise HTTPException(409, "a re-embedding job is running already")
+    job = Job(new_id(), "reembed")
+    ctx.jobs[job.id] = job
+    job.task = asyncio.create_task(_run_reembed(ctx, job))
+    return job_json(job)
+
+
+@router.get("/jobs/{job_id}", tags=["jobs"], response_model=JobOut, responses=problems(403, 404))
+async def get_job(job_id: str, key: Key, ctx: Ctx) -> dict[str, Any]:
+    """A job's state and progress (``done`` of ``total``). Admin keys only."""
+    ctx.require_admin(key)
+    job = ctx.jobs.get(job_id)
+    if job is None:
+        raise HTTPException(404, f"no job {job_id!r}")
+    return job_json(job)

@@ -1,0 +1,289 @@
+"""Users and sessions: create, read, update by stamp, delete, list, parts, lookup, expiry."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query, Response
+
+from convostore.cursors import decode_cursor
+from convostore.errors import InvalidCursorError
+from convostore.model import (
+    PageRequest,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    User,
+    UserRef,
+)
+from convostore.records import session_to_json, user_from_json, user_to_json
+from convostore.server.context import Ctx, Key
+from convostore.server.openapi import problems
+from convostore.server.schemas import (
+    Count,
+    Deleted,
+    PartCreate,
+    SessionCreate,
+    SessionOut,
+    SessionPatch,
+    SummaryOut,
+    SummaryPage,
+    TitleBody,
+    UserBody,
+    UserIn,
+    UserOut,
+)
+
+router = APIRouter(prefix="/v1")
+
+
+def summary_json(summary: SessionSummary) -> dict[str, Any]:
+    return {
+        "session": session_to_json(summary.session),
+        "owner": None if summary.owner is None else user_to_json(summary.owner),
+        "message_count": summary.message_count,
+        "started_by": None if summary.started_by is None else user_to_json(summary.started_by),
+    }
+
+
+def user_ref(value: str | UserIn) -> UserRef:
+    if isinstance(value, str):
+        return value
+    return user_from_json(value.model_dump())
+
+
+def _cursor_order(cursor: str) -> SessionOrder:
+    """The order that issued ``cursor`` (a request naming none follows it)."""
+    for order in SessionOrder:
+        try:
+            decode_cursor(cursor, order)
+        except InvalidCursorError:
+            continue
+        return order
+    return SessionOrder.CREATED
+
+
+def etag(stamp: str) -> str:
+    return f'"{stamp}"'
+
+
+@router.get("/me", tags=["keys"], responses=problems())
+async def whoami(key: Key) -> dict[str, Any]:
+    """The calling key: its id, owner and whether it is an admin key."""
+    return {"id": key.id, "owner_id": key.owner_id, "admin": key.admin, "label": key.label}
+
+
+@router.put("/users/{user_id}", tags=["users"], response_model=UserOut, responses=problems(403))
+async def put_user(user_id: str, body: UserBody, key: Key, ctx: Ctx) -> dict[str, Any]:
+    """Store a user if absent (a stored user is kept as it is) and return the stored one.
+    A key may write its own owner's user; an admin key any."""
+    if not key.can_see(user_id):
+        raise HTTPException(403, "this key may write only its owner's user")
+    stored = await ctx.store.put_user(User(id=user_id, **body.model_dump()))
+    return user_to_json(stored)
+
+
+@router.get("/users/{user_id}", tags=["users"], response_model=UserOut, responses=problems(404))
+async def get_user(user_id: str, key: Key, ctx: Ctx) -> dict[str, Any]:
+    """A user: the key's owner, or (admin keys) anyone."""
+    user = await ctx.store.get_user(user_id) if key.can_see(user_id) else None
+    if user is None:
+        raise HTTPException(404, f"no user {user_id!r}")
+    return user_to_json(user)
+
+
+@router.post(
+    "/sessions",
+    tags=["sessions"],
+    status_code=201,
+    response_model=SessionOut,
+    responses=problems(403, 404, 409),
+)
+async def create_session(
+    body: SessionCreate, key: Key, ctx: Ctx, response: Response
+) -> dict[str, Any]:
+    """Create a session for the key's owner (admin keys: for ``owner_id``). An
+    existing id is 409 and leaves that session untouched."""
+    owner = ctx.owner_scope(key, body.owner_id)
+    if body.part_of is not None:
+        await ctx.session(key, body.part_of)
+    session = await ctx.store.create_session(
+        owner,
+        session_id=body.id,
+        title=body.title,
+        kind=body.kind,
+        part_of=body.part_of,
+        held_with=None if body.held_with is None else user_ref(body.held_with),
+        metadata=body.metadata,
+        expires_at=body.expires_at,
+    )
+    response.headers["ETag"] = etag(session.stamp)
+    return session_to_json(session)
+
+
+@router.get("/sessions", tags=["sessions"], response_model=SummaryPage, responses=problems(403))
+async def list_sessions(
+    key: Key,
+    ctx: Ctx,
+    owner_id: str | None = None,
+    order: SessionOrder | None = None,
+    cursor: str | None = None,
+    size: Annotated[int, Query(ge=1, le=100)] = 20,
+    kind: str | None = None,
+    include_parts: bool = False,
+) -> dict[str, Any]:
+    """A page of an owner's sessions with their counts, newest first by creation
+    (``order=created``) or by last activity; pass ``next_cursor`` back for the next
+    page. A cursor keeps the order that issued it."""
+    owner = ctx.owner_scope(key, owner_id)
+    chosen = order or (SessionOrder.CREATED if cursor is None else _cursor_order(cursor))
+    page = await ctx.store.list_summaries(
+        owner,
+        PageRequest(size=size, cursor=cursor, order=chosen),
+        SessionFilter(kind=kind, include_parts=include_parts),
+    )
+    return {"items": [summary_json(s) for s in page.items], "next_cursor": page.next_cursor}
+
+
+@router.get("/sessions-count", tags=["sessions"], response_model=Count, responses=problems(403))
+async def count_sessions(
+    key: Key,
+    ctx: Ctx,
+    owner_id: str | None = None,
+    kind: str | None = None,
+    include_parts: bool = False,
+) -> dict[str, int]:
+    """How many sessions the same listing holds."""
+    owner = ctx.owner_scope(key, owner_id)
+    count = await ctx.store.count_sessions(owner, SessionFilter(kind, include_parts))
+    return {"count": count}
+
+
+@router.get(
+    "/sessions-lookup", tags=["sessions"], response_model=list[SessionOut], responses=problems()
+)
+async def lookup_sessions(name: str, value: str, key: Key, ctx: Ctx) -> list[dict[str, Any]]:
+    """Sessions whose indexed metadata ``name`` equals ``value`` (as strings), oldest
+    first, of those the key may see. A key the store does not index is 422."""
+    found = await ctx.store.find_sessions_by_metadata(name, value)
+    return [session_to_json(s) for s in found if key.can_see(s.owner_id)]
+
+
+@router.post(
+    "/sessions-expired/delete", tags=["sessions"], response_model=Deleted, responses=problems(403)
+)
+async def delete_expired(key: Key, ctx: Ctx, before: datetime | None = None) -> dict[str, int]:
+    """Delete every owner's sessions that expired before ``before`` (default: now).
+    Admin keys only."""
+    ctx.require_admin(key)
+    return {"deleted": await ctx.store.delete_expired(before)}
+
+
+@router.get(
+    "/sessions/{session_id}", tags=["sessions"], response_model=SessionOut, responses=problems(404)
+)
+async def get_session(session_id: str, key: Key, ctx: Ctx, response: Response) -> dict[str, Any]:
+    """A session; its ``stamp`` is also the ``ETag``."""
+    session = await ctx.session(key, session_id)
+    response.headers["ETag"] = etag(session.stamp)
+    return session_to_json(session)
+
+
+@router.patch(
+    "/sessions/{session_id}",
+    tags=["sessions"],
+    response_model=SessionOut,
+    responses=problems(404, 412, 428),
+)
+async def update_session(
+    session_id: str,
+    body: SessionPatch,
+    key: Key,
+    ctx: Ctx,
+    response: Response,
+    if_match: Annotated[str | None, Header()] = None,
+) -> dict[str, Any]:
+    """Change title, metadata or expiry, only if ``If-Match`` holds the current
+    stamp (ETag): 412 and nothing written otherwise."""
+    session = await ctx.session(key, session_id)
+    if if_match is None:
+        raise HTTPException(428, "send If-Match with the session's ETag")
+    stamp = if_match.strip().removeprefix("W/").strip('"')
+    changes: dict[str, Any] = {"stamp": stamp}
+    for name in body.model_fields_set:
+        changes[name] = getattr(body, name)
+    updated = await ctx.store.update_session(replace(session, **changes))
+    ctx.changed(session_id)
+    response.headers["ETag"] = etag(updated.stamp)
+    return session_to_json(updated)
+
+
+@router.put(
+    "/sessions/{session_id}/title",
+    tags=["sessions"],
+    response_model=SessionOut,
+    responses=problems(404),
+)
+async def set_title(
+    session_id: str, body: TitleBody, key: Key, ctx: Ctx, response: Response
+) -> dict[str, Any]:
+    """Set the title alone; never conflicts."""
+    await ctx.session(key, session_id)
+    updated = await ctx.store.set_title(session_id, body.title)
+    ctx.changed(session_id)
+    response.headers["ETag"] = etag(updated.stamp)
+    return session_to_json(updated)
+
+
+@router.delete(
+    "/sessions/{session_id}", tags=["sessions"], status_code=204, responses=problems(404)
+)
+async def delete_session(session_id: str, key: Key, ctx: Ctx) -> Response:
+    """Delete the session, its parts and their logs."""
+    await ctx.session(key, session_id)
+    await ctx.store.delete_session(session_id)
+    ctx.changed(session_id)
+    return Response(status_code=204)
+
+
+@router.get(
+    "/sessions/{session_id}/parts",
+    tags=["sessions"],
+    response_model=list[SummaryOut],
+    responses=problems(404),
+)
+async def list_parts(session_id: str, key: Key, ctx: Ctx) -> list[dict[str, Any]]:
+    """The side conversations of a session, with their counts."""
+    await ctx.session(key, session_id)
+    return [summary_json(s) for s in await ctx.store.list_parts(session_id)]
+
+
+@router.post(
+    "/sessions/{session_id}/parts",
+    tags=["sessions"],
+    response_model=SessionOut,
+    responses=problems(404),
+)
+async def find_or_create_part(
+    session_id: str, body: PartCreate, key: Key, ctx: Ctx
+) -> dict[str, Any]:
+    """The session's part held with ``held_with``, created if absent."""
+    await ctx.session(key, session_id)
+    part = await ctx.store.find_or_create_part(
+        session_id, user_ref(body.held_with), title=body.title, kind=body.kind
+    )
+    return session_to_json(part)
+
+
+@router.get(
+    "/sessions/{session_id}/participants",
+    tags=["sessions"],
+    response_model=list[UserOut],
+    responses=problems(404),
+)
+async def participants(session_id: str, key: Key, ctx: Ctx) -> list[dict[str, Any]]:
+    """Everyone who wrote in the session, once each, in order of first message."""
+    await ctx.session(key, session_id)
+    return [user_to_json(u) for u in await ctx.store.participants(session_id)]

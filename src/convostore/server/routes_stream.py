@@ -1,0 +1,106 @@
+"""Server-Sent Events: a session's log as it grows, and its lifecycle.
+
+Each event appended is sent as ``event: message`` (a MESSAGE) or ``event: event``,
+with its ``seq`` as the SSE id, so a client that reconnects with ``Last-Event-ID``
+resumes right after the last event it saw. ``event: session`` carries the session
+when its title, metadata or expiry change; ``event: deleted`` ends the stream when the
+session is deleted. Writes through this server wake the stream at once; writes by
+other processes are found every ``poll_interval`` seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+
+from convostore.filters import EventFilter
+from convostore.model import MESSAGE, Session
+from convostore.records import event_to_json, session_to_json
+from convostore.server.context import Context, Ctx, Key
+from convostore.server.openapi import problems
+
+router = APIRouter(prefix="/v1")
+
+PAGE = 200
+KEEPALIVE_SECONDS = 15.0
+
+
+def _frame(kind: str, data: Any, event_id: int | None = None) -> str:
+    head = "" if event_id is None else f"id: {event_id}\n"
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return f"{head}event: {kind}\ndata: {body}\n\n"
+
+
+def _lifecycle(session: Session) -> tuple[Any, ...]:
+    return (session.title, dict(session.metadata), session.expires_at)
+
+
+async def _stream(ctx: Context, session: Session, after: int) -> AsyncIterator[str]:
+    yield f"retry: {int(ctx.poll_interval * 1000)}\n\n"
+    seen = _lifecycle(session)
+    quiet = 0.0
+    while True:
+        events = await ctx.store.read(session.id, EventFilter(after_seq=after, limit=PAGE))
+        for event in events:
+            kind = "message" if event.type == MESSAGE else "event"
+            yield _frame(kind, event_to_json(event, vectors=False), event.seq)
+            after = event.seq
+        if len(events) == PAGE:
+            continue
+        current = await ctx.store.get_session(session.id)
+        if current is None:
+            yield _frame("deleted", {"id": session.id})
+            return
+        if _lifecycle(current) != seen:
+            seen = _lifecycle(current)
+            yield _frame("session", session_to_json(current))
+        if events:
+            quiet = 0.0
+        elif quiet >= KEEPALIVE_SECONDS:
+            quiet = 0.0
+            yield ": keep-alive\n\n"
+        await ctx.wakeups.wait(session.id, ctx.poll_interval)
+        quiet += ctx.poll_interval
+
+
+@router.get(
+    "/sessions/{session_id}/stream",
+    tags=["live"],
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Server-Sent Events: message, event, session, deleted",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+        **problems(404),
+    },
+)
+async def stream(
+    session_id: str,
+    key: Key,
+    ctx: Ctx,
+    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """The session's events from after ``Last-Event-ID`` (or ``after_seq``; neither:
+    from now on), then live."""
+    session = await ctx.session(key, session_id)
+    after = after_seq
+    if last_event_id is not None and last_event_id.strip().isdigit():
+        after = int(last_event_id.strip())
+    if after is None:
+        after = await _last_seq(ctx, session_id)
+    return StreamingResponse(
+        _stream(ctx, session, after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _last_seq(ctx: Context, session_id: str) -> int:
+    newest = await ctx.store.read(session_id, EventFilter(last=1))
+    return newest[-1].seq if newest else 0
