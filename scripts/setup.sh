@@ -21,3 +21,5 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
+# The test server's pgvector, rebuilt once for any x86-64 processor (see the script).
+scripts/build_pgvector.sh
