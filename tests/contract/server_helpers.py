@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -11,6 +14,7 @@ from typing import Any
 import httpx
 import uvicorn
 
+import convostore
 from convostore import Store
 from convostore.keys import KeyRing
 from convostore.server import create_app
@@ -74,9 +78,107 @@ def loopback_socket() -> socket.socket:
     return sock
 
 
-def uvicorn_server(app: Any) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-
-
 def user_message(content: str, **fields: Any) -> dict[str, Any]:
     return {"role": "user", "content": content, **fields}
+
+
+@asynccontextmanager
+async def on_loopback(app: Any) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on a loopback port in this event loop; its base URL."""
+    sock = loopback_socket()
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    )
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+@dataclass(frozen=True)
+class Frame:
+    id: str | None
+    event: str
+    data: Any
+
+
+class Frames:
+    """The frames of a Server-Sent Events response, one at a time."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._lines = response.aiter_lines()
+
+    async def next(self) -> Frame:
+        event_id: str | None = None
+        event, data = "message", None
+        async with asyncio.timeout(30):
+            async for line in self._lines:
+                if not line:
+                    if data is not None:
+                        return Frame(event_id, event, json.loads(data))
+                    event_id, event = None, "message"
+                    continue
+                name, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if name == "id":
+                    event_id = value
+                elif name == "event":
+                    event = value
+                elif name == "data":
+                    data = value
+        raise AssertionError("the stream ended")
+
+    async def rest(self) -> list[str]:
+        """The non-blank lines left until the server ends the stream."""
+        async with asyncio.timeout(30):
+            return [line async for line in self._lines if line]
+
+
+class ServerThread:
+    """The server of a store at ``url`` on a loopback port, in a thread with its own
+    event loop (the browser is driven from this one)."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.url = url
+        self.options = options
+        self.sock = loopback_socket()
+        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.ready = threading.Event()
+        self.key = ""
+        self.failure: BaseException | None = None
+        self.server: uvicorn.Server | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as error:
+            self.failure = error
+            self.ready.set()
+
+    async def _serve(self) -> None:
+        async with await convostore.connect(self.url, **self.options) as store:
+            app = create_app(store, poll_interval=0.2)
+            self.key, _ = await KeyRing(store).create("ada")
+            config = uvicorn.Config(
+                app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
+            )
+            self.server = uvicorn.Server(config)
+            self.ready.set()
+            await self.server.serve(sockets=[self.sock])
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        self.ready.wait(60)
+        if self.failure is not None:
+            raise self.failure
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
