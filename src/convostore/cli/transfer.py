@@ -66,7 +66,9 @@ async def run_export(args: argparse.Namespace) -> int:
                 async for line in export_lines(store, args.owner, vectors=not args.no_vectors):
                     out.write(line)
                     written += 1
-                    bar.advance(task)
+                    if written % 1000 == 0:
+                        bar.update(task, completed=written)
+                bar.update(task, completed=written)
     finally:
         if out is not sys.stdout:
             out.close()

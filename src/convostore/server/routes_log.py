@@ -72,12 +72,16 @@ async def append_event(
     with the stored event and writes nothing; an id of another session's log is 409."""
     await ctx.session(key, session_id)
     write = to_write(body)
-    before = await ctx.store.version(session_id)
-    event = await ctx.store.append_event(session_id, write)
-    if await ctx.store.version(session_id) == before:
-        response.status_code = 200
+    if write.id is None:
+        event = await ctx.store.append_event(session_id, write)
     else:
-        ctx.changed(session_id)
+        # Only a write with an id can be a retry: the version tells whether it added.
+        before = await ctx.store.version(session_id)
+        event = await ctx.store.append_event(session_id, write)
+        if await ctx.store.version(session_id) == before:
+            response.status_code = 200
+            return event_json(event)
+    ctx.changed(session_id)
     return event_json(event)
 
 
