@@ -7,8 +7,7 @@ import pytest
 from convostore import InvalidArgumentError, Store
 from convostore.filters import EventFilter
 from convostore.keys import KEYS_SESSION_ID, SYSTEM_USER, KeyRing
-
-from .conftest import StoreFactory
+from convostore.testing.fixtures import StoreFactory
 
 
 async def test_a_created_key_authenticates_as_its_owner(store: Store) -> None:

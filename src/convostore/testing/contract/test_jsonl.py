@@ -19,8 +19,7 @@ from convostore import (
 )
 from convostore.jsonl import export_lines, import_lines
 from convostore.model import Event, Message
-
-from .helpers import AGENT, ALICE, BOB, T0, event, new_session, say
+from convostore.testing.helpers import AGENT, ALICE, BOB, T0, event, new_session, say
 
 
 async def _filled(store: Store) -> list[str]:
