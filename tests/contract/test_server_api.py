@@ -359,3 +359,12 @@ async def test_reembed_runs_as_a_job_with_progress(api: Api) -> None:
     events = (await api.ada.get(f"/v1/sessions/{sid}/events", params={"vectors": "true"})).json()
     assert {e["embedding_model"] for e in events["items"]} == {"hashing-embedder-32"}
     _problem(await api.admin.get("/v1/jobs/unknown"), 404)
+
+
+async def test_an_unavailable_backend_is_503(api: Api) -> None:
+    if not api.store.capabilities.persistent:
+        pytest.skip("a memory store keeps answering after it is closed")
+    sid = (await _session(api.ada))["id"]
+    await api.store.close()
+    body = _problem(await api.ada.get(f"/v1/sessions/{sid}"), 503)
+    assert "closed" in body["detail"]
