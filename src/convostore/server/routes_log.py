@@ -4,6 +4,7 @@ and re-embedding jobs."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -14,6 +15,7 @@ from convostore.compaction import (
     CompactionStrategy,
     CompactionTrigger,
     SlidingWindow,
+    Summarize,
     TokenBudget,
     TokenCount,
     TurnCount,
@@ -239,8 +241,13 @@ async def compact(session_id: str, body: CompactIn, key: Key, ctx: Ctx) -> dict[
     await ctx.session(key, session_id)
     strategy, trigger = _strategy(body.strategy), _trigger(body.trigger)
     summary = body.summary
+    summarize: Summarize
     if summary is not None:
-        summarize: Any = lambda events: summary  # noqa: E731
+
+        def given(events: Sequence[Event]) -> str:
+            return summary
+
+        summarize = given
     elif ctx.summarize is not None:
         summarize = ctx.summarize
     else:
