@@ -1,33 +1,29 @@
 """The formats ``convostore import FORMAT SOURCE --to URL`` reads.
 
 A format is one entry of `IMPORT_FORMATS`: a one-line summary and an async function
-that reads SOURCE into the store, calls ``advance(n)`` as it goes (for the progress
-bar), and returns what it counted. Adding a format is adding an entry.
+that runs the import the parsed arguments describe (``format``, ``source``, ``to``),
+shows its progress on standard error, prints a summary and returns the exit status.
+Adding a format is adding an entry.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from convostore.cli._common import err_console, progress
 from convostore.errors import InvalidArgumentError
-from convostore.store import Store
 
 __all__ = ["IMPORT_FORMATS", "ImportFormat"]
-
-Advance = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
 class ImportFormat:
-    """``load(store, source, advance) -> counts``; ``total(source)`` is how many units
-    ``advance`` will count in all, when that is cheap to know (None: unknown)."""
-
     summary: str
-    load: Callable[[Store, str, Advance], Awaitable[Mapping[str, int]]]
-    total: Callable[[str], int | None] | None = None
+    run: Callable[[argparse.Namespace], Awaitable[int]]
 
 
 def _lines(source: str) -> Iterator[str]:
@@ -41,24 +37,42 @@ def _lines(source: str) -> Iterator[str]:
         yield from lines
 
 
-async def _load_jsonl(store: Store, source: str, advance: Advance) -> Mapping[str, int]:
-    from convostore.jsonl import import_lines
-
-    return (await import_lines(store, _lines(source), advance)).as_dict()
-
-
-def _jsonl_total(source: str) -> int | None:
-    if source == "-":
-        return None
+def _count_lines(source: str) -> int | None:
     path = Path(source)
-    if not path.is_file():
+    if source == "-" or not path.is_file():
         return None
     with path.open("rb") as data:
         return sum(1 for line in data if line.strip())
 
 
+async def _import_jsonl(args: argparse.Namespace) -> int:
+    from convostore import connect
+    from convostore.jsonl import import_lines
+
+    async with await connect(args.to) as store:
+        with progress() as bar:
+            task = bar.add_task("importing jsonl", total=_count_lines(args.source))
+            counts = await import_lines(store, _lines(args.source), lambda n: bar.advance(task, n))
+    summary = ", ".join(f"{name} {value}" for name, value in counts.as_dict().items())
+    err_console.print(f"imported: {summary}")
+    return 0
+
+
+async def _import_framework(args: argparse.Namespace) -> int:
+    from convostore.integrations.importers import command
+
+    return await command.run(args)
+
+
 IMPORT_FORMATS: dict[str, ImportFormat] = {
     "jsonl": ImportFormat(
-        "convostore's own JSON lines, as `convostore export` writes them", _load_jsonl, _jsonl_total
+        "convostore's own JSON lines, as `convostore export` writes them", _import_jsonl
+    ),
+    "openai-sqlite": ImportFormat("an OpenAI Agents SDK SQLiteSession file", _import_framework),
+    "adk-db": ImportFormat(
+        "a Google ADK DatabaseSessionService SQLite database", _import_framework
+    ),
+    "langchain-sql": ImportFormat(
+        "a LangChain SQLChatMessageHistory SQLite database", _import_framework
     ),
 }

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from convostore.backends import DEFAULT_URL
 from convostore.cli._common import add_command, add_url, err_console, progress
 from convostore.cli.importers import IMPORT_FORMATS
 
@@ -41,11 +42,16 @@ convostore export --owner ada --no-vectors | gzip > ada.jsonl.gz
         """
 convostore import jsonl ada.jsonl --to sqlite:///copy.db
 convostore export --owner ada | convostore import jsonl - --to memory://
+convostore import openai-sqlite agents.db --to sqlite:///chat.db
+convostore import adk-db adk_sessions.db --to postgresql://localhost/app
+convostore import langchain-sql chat_history.db --to sqlite:///chat.db
 """,
     )
     imports.add_argument("format", choices=sorted(IMPORT_FORMATS), metavar="FORMAT")
     imports.add_argument("source", metavar="SOURCE", help="the file to read ('-': stdin)")
-    add_url(imports, "--to")
+    imports.add_argument(
+        "--to", default=DEFAULT_URL, metavar="URL", help=f"the store (default: {DEFAULT_URL})"
+    )
     imports.set_defaults(run=run_import)
 
 
@@ -77,14 +83,4 @@ async def run_export(args: argparse.Namespace) -> int:
 
 
 async def run_import(args: argparse.Namespace) -> int:
-    from convostore import connect
-
-    chosen = IMPORT_FORMATS[args.format]
-    total = chosen.total(args.source) if chosen.total is not None else None
-    async with await connect(args.url) as store:
-        with progress() as bar:
-            task = bar.add_task(f"importing {args.format}", total=total)
-            counts = await chosen.load(store, args.source, lambda n: bar.advance(task, n))
-    summary = ", ".join(f"{name} {value}" for name, value in counts.items())
-    err_console.print(f"imported: {summary}")
-    return 0
+    return await IMPORT_FORMATS[args.format].run(args)
