@@ -14,7 +14,7 @@ The graph model (labels and relationship types are these constants, never input)
     (:Event:Message {... role, content, content_folded, author_id, recipient_ids,
              in_reply_to, tool_calls, tool_call_id, attachments, data, assets,
              narration, embedding, embedding_model, embedding_width, stamp,
-             search_text, search_length, blank})
+             search_text, search_counts, search_length, blank})
     (:Message)-[:AUTHOR]->(:User)     (:Message)-[:RECIPIENT {position}]->(:User)
     (:Message)-[:IN_REPLY_TO]->(:Event)
     (:Message)-[:HAS_ATTACHMENT {position}]->(:Attachment)
@@ -27,8 +27,9 @@ Maps cannot be property values: JSON travels and is kept as text. Times are inte
 microseconds since the epoch. A message's list-valued parts are kept twice: as JSON text
 on the message (what a read returns, in one row) and as relationships and nodes (what a
 user's own Cypher walks). A message also keeps ``search_text`` (its words as every
-backend splits them, for the full-text index), ``content_folded`` (its lowercase form,
-where it differs, for the case-insensitive text filter) and ``turn_seq`` (the seq of
+backend splits them, each once, for the full-text index, with ``search_counts``, how
+often each occurs), ``content_folded`` (its lowercase form, where it differs and the
+text is not ASCII, for the case-insensitive text filter) and ``turn_seq`` (the seq of
 the turn start at or before it, so a window extends to its turn with one lookup).
 
 Each write is one query: its checks are in its WHERE clauses, and a query that wrote
@@ -125,8 +126,9 @@ EVENT_CONDITIONS: Final = (
     ("since", " AND {a}.created_at >= $since"),
     ("until", " AND {a}.created_at <= $until"),
     # Literal and case-insensitive as Python's `needle.lower() in content.lower()`:
-    # CONTAINS has no wildcards, and content_folded is content.lower(), where it differs.
-    ("text", " AND coalesce({a}.content_folded, {a}.content) CONTAINS $text"),
+    # CONTAINS has no wildcards; content_folded is content.lower() where that differs
+    # from content and content is not ASCII (whose toLower() is Python's).
+    ("text", " AND coalesce({a}.content_folded, toLower({a}.content)) CONTAINS $text"),
     ("after_seq", " AND {a}.seq > $after_seq"),
 )
 # Conditions every turn start passes whatever their values (a turn start is a root,
@@ -214,9 +216,11 @@ class CypherQueries:
         Parameters: query, terms, owner_id, session_id, roles, k."""
         return (
             f"{self.dialect.fulltext_query(FULLTEXT[0], 'query')}"
-            " WITH node AS e, [t IN split(node.search_text, ' ') WHERE t IN $terms] AS found"
-            " WHERE all(term IN $terms WHERE term IN found)" + _scope("e", scope) + ""
-            " WITH e, toFloat(size(found)) / sqrt(toFloat(e.search_length)) AS score"
+            " WITH node AS e, split(node.search_text, ' ') AS words"
+            " WITH e, [i IN range(0, size(words) - 1) WHERE words[i] IN $terms] AS found"
+            " WHERE size(found) = size($terms)" + _scope("e", scope) + ""
+            " WITH e, reduce(n = 0, i IN found | n + e.search_counts[i]) AS occurrences"
+            " WITH e, toFloat(occurrences) / sqrt(toFloat(e.search_length)) AS score"
             f" ORDER BY score DESC, e.id LIMIT $k RETURN score, {EVENT_COLUMNS}"
         )
 
@@ -420,7 +424,7 @@ def _append(dialect: CypherDialect) -> str:
         " e.attachments = w.attachments, e.data = w.data, e.assets = w.assets,"
         f" e.embedding = CASE WHEN w.embedding IS NULL THEN null ELSE {embedding} END,"
         " e.embedding_model = w.embedding_model, e.embedding_width = w.embedding_width,"
-        " e.stamp = w.stamp, e.search_text = w.search_text,"
+        " e.stamp = w.stamp, e.search_text = w.search_text, e.search_counts = w.search_counts,"
         " e.search_length = w.search_length, e.blank = w.blank)"
         " FOREACH (aid IN CASE WHEN w.author_id IS NULL THEN [] ELSE [w.author_id] END |"
         " MERGE (author:User {id: aid}) CREATE (e)-[:AUTHOR]->(author))"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -139,12 +140,15 @@ def _event(prepared: PreparedEvent, offset: int, turn_offset: int | None) -> dic
     parts = prepared.message_json
     assert parts is not None
     tokens = text_tokens(event.content)
+    counts = Counter(tokens)
     folded = event.content.lower()
     embedding = None if event.embedding is None else _finite(event.embedding)
     values.update(
         role=event.role.value,
         content=event.content,
-        content_folded=None if folded == event.content else folded,
+        # ASCII text is folded by the database as Python folds it; other text is kept
+        # folded where folding changes it (Python maps "İ" and a final "Σ" its own way).
+        content_folded=None if folded == event.content or event.content.isascii() else folded,
         author_id=event.author_id,
         recipient_ids=parts.recipient_ids,
         recipients=list(event.recipient_ids),
@@ -158,7 +162,10 @@ def _event(prepared: PreparedEvent, offset: int, turn_offset: int | None) -> dic
         embedding_model=event.embedding_model if embedding is not None else None,
         embedding_width=None if embedding is None else len(embedding),
         stamp=event.stamp,
-        search_text=" ".join(tokens),
+        # Each word once, with how often it occurs: the index is as large as the
+        # vocabulary, not the text, and a score still counts every occurrence.
+        search_text=" ".join(counts),
+        search_counts=list(counts.values()),
         search_length=len(tokens),
         blank=not event.content.strip(),
         attachment_nodes=[
