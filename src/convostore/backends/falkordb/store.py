@@ -99,6 +99,7 @@ class FalkorDBStore(CypherStore):
             socket_connect_timeout=target.connect_timeout,
             socket_timeout=target.socket_timeout,
             decode_responses=True,
+            protocol=2,
             client_name="convostore",
             connection_class=connection_class,
             **tls,
