@@ -104,10 +104,13 @@ _MISSING_USERS = (
     " WITH {carried}, collect(known.id) AS known_ids"
     " WITH {carried}, [r IN $required_users WHERE NOT r IN known_ids] AS missing"
 )
-# Deletes the sessions in `doomed` (a list of nodes, with their ids in `ids`), their
-# events and the nodes of their messages' parts; `deleted` is carried to the RETURN.
+# Deletes the sessions in `doomed` (a list of nodes), their events and the nodes of
+# their messages' parts, walking the relationships from each session (an index lookup
+# by a list computed in the query would scan every event); `deleted` is carried to the
+# RETURN.
 _DELETE_SESSIONS = (
-    " OPTIONAL MATCH (e:Event) WHERE e.session_id IN ids"
+    " UNWIND CASE WHEN size(doomed) = 0 THEN [null] ELSE doomed END AS d"
+    " OPTIONAL MATCH (d)-[:HAS_EVENT]->(e)"
     " OPTIONAL MATCH (e)-[:HAS_ATTACHMENT|HAS_DATA|HAS_ASSET]->(part)"
     " WITH deleted, doomed, collect(DISTINCT e) AS events, collect(DISTINCT part) AS parts"
     " FOREACH (n IN parts | DETACH DELETE n)"
@@ -298,9 +301,8 @@ SET_TITLE: Final = (
     f"MATCH (s:Session {{id: $id}}) SET s.title = $title, s.stamp = $stamp RETURN {SESSION_COLUMNS}"
 )
 DELETE_SESSION: Final = (
-    "MATCH (s:Session {id: $id}) OPTIONAL MATCH (part:Session) WHERE part.part_of = $id"
-    " WITH s, collect(part) AS parts WITH 1 AS deleted, [s] + parts AS doomed"
-    " WITH deleted, doomed, [x IN doomed | x.id] AS ids" + _DELETE_SESSIONS
+    "MATCH (s:Session {id: $id}) OPTIONAL MATCH (part:Session)-[:PART_OF]->(s)"
+    " WITH s, collect(part) AS parts WITH 1 AS deleted, [s] + parts AS doomed" + _DELETE_SESSIONS
 )
 # A part of an expired parent goes with its parent, so only the sessions deleted in
 # their own right are counted.
@@ -308,11 +310,10 @@ DELETE_EXPIRED: Final = (
     "OPTIONAL MATCH (s:Session) WHERE s.expires_at < $before"
     " WITH collect(s) AS expired WITH expired, [x IN expired | x.id] AS expired_ids"
     " WITH [x IN expired WHERE x.part_of IS NULL OR NOT x.part_of IN expired_ids] AS targets"
-    " WITH targets, [x IN targets | x.id] AS target_ids"
-    " OPTIONAL MATCH (part:Session) WHERE part.part_of IN target_ids"
+    " UNWIND CASE WHEN size(targets) = 0 THEN [null] ELSE targets END AS target"
+    " OPTIONAL MATCH (part:Session)-[:PART_OF]->(target)"
     " WITH targets, collect(part) AS parts"
-    " WITH size(targets) AS deleted, targets + parts AS doomed"
-    " WITH deleted, doomed, [x IN doomed | x.id] AS ids" + _DELETE_SESSIONS
+    " WITH size(targets) AS deleted, targets + parts AS doomed" + _DELETE_SESSIONS
 )
 SESSIONS_BY_METADATA: Final = (
     f"MATCH (s:Session) WHERE $entry IN s.metadata_entries RETURN {SESSION_COLUMNS} ORDER BY s.id"
