@@ -9,6 +9,8 @@ import asyncio
 import importlib.util
 import itertools
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -129,6 +131,22 @@ def test_bad_urls_are_refused(bad: str) -> None:
 async def test_an_unreachable_server_is_backend_unavailable() -> None:
     with pytest.raises(BackendUnavailableError):
         await convostore.connect("falkordb://127.0.0.1:1/g?connect_timeout=2")
+
+
+def test_a_missing_client_names_the_extra() -> None:
+    script = (
+        "import asyncio, sys\n"
+        "sys.modules['falkordb'] = None\n"
+        "import convostore\n"
+        "try:\n"
+        "    asyncio.run(convostore.connect('falkordb://h/g'))\n"
+        "except convostore.BackendUnavailableError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install 'convostore[falkordb]'" in result.stdout
 
 
 # ---------------------------------------------------------------------------- schema
@@ -260,4 +278,50 @@ async def test_the_pool_waits_for_a_free_connection(url: str) -> None:
         *(store.add_message(session.id, MessageWrite(Role.USER, f"m{n}")) for n in range(20))
     )
     assert sorted(m.seq for m in results) == list(range(1, 21))
+    await store.close()
+
+
+# ---------------------------------------------------------------------------- processes
+
+_WRITER = """
+import asyncio, sys
+import convostore
+from convostore import EventWrite, MessageWrite, Role
+
+async def main(url, session_id, index):
+    async with await convostore.connect(url) as store:
+        applied = await store.append_events(
+            session_id, [EventWrite("APP.RACE", {"w": index})], expected_version=0
+        )
+        for n in range(10):
+            await store.add_message(session_id, MessageWrite(Role.USER, f"{index}-{n}"))
+        print("applied" if applied else "refused")
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+"""
+
+
+async def test_writers_in_several_processes_get_gap_free_seq(url: str) -> None:
+    store = await convostore.connect(url)
+    session = await store.create_session(ADA)
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _WRITER,
+            url,
+            session.id,
+            str(index),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for index in range(4)
+    ]
+    outputs = [(await process.communicate())[0].decode().strip() for process in processes]
+    assert all(process.returncode == 0 for process in processes)
+    # Every process first tries a batch for version 0: exactly one applies.
+    assert sorted(outputs) == ["applied"] + ["refused"] * 3
+    log = await store.read(session.id)
+    assert [event.seq for event in log] == list(range(1, 42))
+    assert [event.type for event in log].count("APP.RACE") == 1
+    assert await store.version(session.id) == 41
     await store.close()
