@@ -407,8 +407,8 @@ async def test_reads_never_wait_behind_searches(
     await store.add_message(session.id, MessageWrite(Role.USER, "hello there", author=ADA))
     release = threading.Event()
     running = threading.Semaphore(0)
-    search_vectors = sqlite_store_module.read_vector_search
-    search_text = sqlite_store_module.read_text_search
+    search_vectors = sqlite_search.read_vector_search
+    search_text = sqlite_search.read_text_search
 
     def held(search: Callable[..., Any]) -> Callable[..., Any]:
         def run(*arguments: Any) -> Any:
@@ -433,7 +433,10 @@ async def test_reads_never_wait_behind_searches(
         store.get_user(ADA.id),
     )
     found, log, page, user = await asyncio.wait_for(reads, 30)
-    assert found is not None and len(log) == 1 and len(page.items) == 1 and user == ADA
+    assert found is not None
+    assert len(log) == 1
+    assert len(page.items) == 1
+    assert user == ADA
     release.set()
     vector_hits, *text_hits = await asyncio.gather(*searches)
     assert vector_hits == []
