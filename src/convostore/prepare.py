@@ -6,6 +6,7 @@ stamps, times, JSON text. Nothing here does I/O; a wrong argument raises an erro
 
 from __future__ import annotations
 
+import math
 import secrets
 from array import array
 from collections.abc import Mapping, Sequence
@@ -457,7 +458,12 @@ def check_vector(vector: Sequence[float]) -> tuple[float, ...]:
         raise InvalidArgumentError(f"an embedding must be a sequence of floats: {error}") from error
     if not values:
         raise InvalidArgumentError("an embedding must not be empty")
-    return tuple(values.tolist())
+    kept = tuple(values.tolist())
+    if not all(math.isfinite(value) for value in kept):
+        raise InvalidArgumentError(
+            "an embedding's values must be finite numbers within single precision (±3.4e38)"
+        )
+    return kept
 
 
 def prepare_event(session_id: str, write: EventWrite, now: datetime) -> PreparedEvent:

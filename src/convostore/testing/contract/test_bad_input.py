@@ -111,6 +111,13 @@ BAD_CALLS: dict[str, Call] = {
         sid, say("x", embedding=bad(["a", "b"]), embedding_model="m")
     ),
     "embedding-without-model": lambda s, sid: s.add_message(sid, say("x", embedding=[1.0])),
+    "embedding-beyond-single-precision": lambda s, sid: s.add_message(
+        sid, say("x", embedding=[1.0, 1e300], embedding_model="m")
+    ),
+    "embedding-not-a-number": lambda s, sid: s.add_message(
+        sid, say("x", embedding=[1.0, float("nan")], embedding_model="m")
+    ),
+    "search-vector-infinite": lambda s, sid: s.search(vector=[1.0, -float("inf")]),
     "append-not-a-write": lambda s, sid: s.append_event(sid, bad("hello")),
     "batch-with-a-non-write": lambda s, sid: s.append_events(sid, [say("ok"), bad(None)], 0),
     "expected-version-negative": lambda s, sid: s.append_events(sid, [say("x")], -1),
