@@ -11,13 +11,20 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from convostore._json import index_value
 from convostore._time import to_micros
 from convostore._vectors import as_matrix, top_k
-from convostore.cursors import Keyset
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec, text_tokens
+from convostore.backends.interface import (
+    Backend,
+    Capabilities,
+    SearchScope,
+    SessionPage,
+    TextQuery,
+    VectorQuery,
+)
+from convostore.embedding import PendingEmbedding, VectorIndexSpec, text_tokens
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -46,9 +53,8 @@ from convostore.prepare import (
     new_stamp,
     owned_by_parent,
 )
-from convostore.store import Capabilities, Store
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryBackend"]
 
 
 @dataclass(slots=True)
@@ -61,33 +67,36 @@ class _SessionRecord:
     participants: dict[str, None] = field(default_factory=dict)
 
 
-class MemoryStore(Store):
-    """`memory://`: a store held in this process's memory."""
+class MemoryBackend(Backend):
+    """`memory://`: a database held in this process's memory, one per store."""
 
     capabilities = Capabilities(persistent=False)
 
-    def __init__(self, **options: Any) -> None:
-        indexed = options.pop("indexed_metadata", ())
-        embedder = options.pop("embedder", None)
-        if options:
-            raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
-        super().__init__(indexed_metadata=indexed, embedder=embedder)
+    def __init__(self) -> None:
         self._vector_spec: VectorIndexSpec | None = None
         self._lock = threading.RLock()
         self._users: dict[str, User] = {}
         self._sessions: dict[str, _SessionRecord] = {}
         self._event_sessions: dict[str, str] = {}
+        self._indexed_keys: frozenset[str] = frozenset()
 
-    async def _close(self) -> None:
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        """A new, empty database; ``memory://`` takes no options."""
+        if options:
+            raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
+        return cls()
+
+    async def close(self) -> None:
         return None
 
     # ---------------------------------------------------------------- users
 
-    async def _put_user(self, user: User) -> None:
+    async def put_user(self, user: User) -> None:
         with self._lock:
             self._users[user.id] = user
 
-    async def _get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> User | None:
         with self._lock:
             return self._users.get(user_id)
 
@@ -103,7 +112,7 @@ class MemoryStore(Store):
 
     # ---------------------------------------------------------------- sessions
 
-    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         with self._lock:
             return self._insert(new, if_absent=if_absent)
 
@@ -126,7 +135,7 @@ class MemoryStore(Store):
         self._sessions[session.id] = _SessionRecord(session)
         return session
 
-    async def _find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: NewSession) -> Session:
         with self._lock:
             part_of, held_with = new.session.part_of, new.session.held_with
             assert part_of is not None
@@ -142,12 +151,12 @@ class MemoryStore(Store):
             assert inserted is not None
             return inserted
 
-    async def _get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> Session | None:
         with self._lock:
             record = self._sessions.get(session_id)
             return None if record is None else record.session
 
-    async def _update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: SessionChanges) -> Session:
         with self._lock:
             record = self._record(changes.session_id)
             if record.session.stamp != changes.expected_stamp:
@@ -163,13 +172,13 @@ class MemoryStore(Store):
             )
             return record.session
 
-    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         with self._lock:
             record = self._record(session_id)
             record.session = replace(record.session, title=title, stamp=stamp)
             return record.session
 
-    async def _delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str) -> bool:
         with self._lock:
             if session_id not in self._sessions:
                 return False
@@ -184,58 +193,35 @@ class MemoryStore(Store):
         for event in record.log:
             self._event_sessions.pop(event.id, None)
 
-    async def _list_sessions(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[Session]:
+    async def list_sessions(self, page: SessionPage) -> list[Session]:
         with self._lock:
-            return [r.session for r in self._owner_records(owner_id, order, after, limit, filter)]
+            return [r.session for r in self._owner_records(page)]
 
-    async def _list_summaries(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[SessionSummary]:
+    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
         with self._lock:
-            return [
-                self._summary(r) for r in self._owner_records(owner_id, order, after, limit, filter)
-            ]
+            return [self._summary(r) for r in self._owner_records(page)]
 
-    def _owner_records(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[_SessionRecord]:
+    def _owner_records(self, page: SessionPage) -> list[_SessionRecord]:
         def key(record: _SessionRecord) -> tuple[int, str]:
-            if order is SessionOrder.LAST_ACTIVITY:
+            if page.order is SessionOrder.LAST_ACTIVITY:
                 return (to_micros(record.session.last_activity_at), record.session.id)
             return (0, record.session.id)
 
         records = sorted(
-            (r for r in self._sessions.values() if _listed(r.session, owner_id, filter)),
+            (r for r in self._sessions.values() if _listed(r.session, page.owner_id, page.filter)),
             key=key,
             reverse=True,
         )
-        if after is not None:
-            bound = (after.last_activity_us or 0, after.session_id)
+        if page.after is not None:
+            bound = (page.after.last_activity_us or 0, page.after.session_id)
             records = [r for r in records if key(r) < bound]
-        return records[:limit]
+        return records[: page.limit]
 
-    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         with self._lock:
             return sum(1 for r in self._sessions.values() if _listed(r.session, owner_id, filter))
 
-    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> Session | None:
         with self._lock:
             return self._find(part_of, held_with)
 
@@ -247,7 +233,7 @@ class MemoryStore(Store):
         ]
         return min(parts, key=lambda s: s.id, default=None)
 
-    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
         with self._lock:
             parts = [r for r in self._sessions.values() if r.session.part_of == part_of]
             return [self._summary(r) for r in sorted(parts, key=lambda r: r.session.id)]
@@ -261,15 +247,17 @@ class MemoryStore(Store):
             started_by=None if record.started_by is None else self._users.get(record.started_by),
         )
 
-    async def _participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[User]:
         with self._lock:
             record = self._sessions.get(session_id)
             if record is None:
                 return []
             return [self._users[i] for i in record.participants if i in self._users]
 
-    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
         with self._lock:
+            if name not in self._indexed_keys:
+                return []
             found = [
                 r.session
                 for r in self._sessions.values()
@@ -277,7 +265,19 @@ class MemoryStore(Store):
             ]
             return sorted(found, key=lambda s: s.id)
 
-    async def _delete_expired(self, before: datetime) -> int:
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        # Lookups read the sessions' metadata itself: nothing to backfill.
+        with self._lock:
+            self._indexed_keys |= keys
+            return self._indexed_keys
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        with self._lock:
+            indexed = key in self._indexed_keys
+            self._indexed_keys -= {key}
+            return indexed
+
+    async def delete_expired(self, before: datetime) -> int:
         with self._lock:
             expired = [
                 r.session.id
@@ -294,7 +294,7 @@ class MemoryStore(Store):
 
     # ---------------------------------------------------------------- the log
 
-    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: PreparedAppend) -> AppendOutcome:
         with self._lock:
             record = self._record(append.session_id)
             self._check_users(append.users_to_insert, append.required_user_ids)
@@ -336,12 +336,12 @@ class MemoryStore(Store):
             )
             return AppendOutcome(applied=True, events=events)
 
-    async def _version(self, session_id: str) -> int:
+    async def version(self, session_id: str) -> int:
         with self._lock:
             record = self._sessions.get(session_id)
             return 0 if record is None else record.session.version
 
-    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         with self._lock:
             record = self._sessions.get(session_id)
             if record is None:
@@ -349,7 +349,7 @@ class MemoryStore(Store):
             log = active_view(record.log) if event_filter.active_view else record.log
             return apply_filter(log, event_filter)
 
-    async def _set_narration(
+    async def set_narration(
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         with self._lock:
@@ -370,10 +370,10 @@ class MemoryStore(Store):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
         return self._vector_spec
 
-    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         with self._lock:
             if replace or self._vector_spec is None:
                 self._vector_spec = spec
@@ -396,7 +396,7 @@ class MemoryStore(Store):
             key=lambda m: m.id,
         )
 
-    async def _pending_embeddings(
+    async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
         with self._lock:
@@ -405,11 +405,11 @@ class MemoryStore(Store):
                 PendingEmbedding(m.id, m.session_id, m.role, m.content) for m in pending[:limit]
             ]
 
-    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
         with self._lock:
             return len(self._pending(model, roles))
 
-    async def _set_embeddings(
+    async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         with self._lock:
@@ -424,61 +424,43 @@ class MemoryStore(Store):
                             stamp=new_stamp(),
                         )
 
-    def _searchable(
-        self, owner_id: str | None, session_id: str | None, roles: tuple[Role, ...] | None
-    ) -> list[Message]:
+    def _searchable(self, scope: SearchScope) -> list[Message]:
         return [
             event
             for record in self._sessions.values()
-            if (owner_id is None or record.session.owner_id == owner_id)
-            and (session_id is None or record.session.id == session_id)
+            if (scope.owner_id is None or record.session.owner_id == scope.owner_id)
+            and (scope.session_id is None or record.session.id == scope.session_id)
             for event in record.log
-            if isinstance(event, Message) and (roles is None or event.role in roles)
+            if isinstance(event, Message) and (scope.roles is None or event.role in scope.roles)
         ]
 
-    async def _vector_search(
-        self,
-        vector: tuple[float, ...],
-        metric: Metric,
-        model: str | None,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        width = len(query.vector)
         with self._lock:
             candidates = [
                 m
-                for m in self._searchable(owner_id, session_id, roles)
+                for m in self._searchable(query.scope)
                 if m.embedding is not None
-                and len(m.embedding) == len(vector)
-                and (model is None or m.embedding_model == model)
+                and len(m.embedding) == width
+                and (query.model is None or m.embedding_model == query.model)
             ]
-        matrix = as_matrix([m.embedding or () for m in candidates], len(vector))
-        return [
-            SearchHit(candidates[row], score) for row, score in top_k(vector, matrix, metric, k)
-        ]
+        matrix = as_matrix([m.embedding or () for m in candidates], width)
+        ranked = top_k(query.vector, matrix, query.metric, query.k)
+        return [SearchHit(candidates[row], score) for row, score in ranked]
 
-    async def _text_search(
-        self,
-        terms: tuple[str, ...],
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def text_search(self, query: TextQuery) -> list[SearchHit]:
         with self._lock:
-            candidates = self._searchable(owner_id, session_id, roles)
+            candidates = self._searchable(query.scope)
         hits: list[SearchHit] = []
         for message in candidates:
             tokens = text_tokens(message.content)
-            if not tokens or not all(term in tokens for term in terms):
+            if not tokens or not all(term in tokens for term in query.terms):
                 continue
             # Term frequency damped by length: shorter, denser matches rank higher.
-            frequency = sum(tokens.count(term) for term in terms)
+            frequency = sum(tokens.count(term) for term in query.terms)
             hits.append(SearchHit(message, frequency / math.sqrt(len(tokens))))
         hits.sort(key=lambda hit: (-hit.score, hit.message.id))
-        return hits[:k]
+        return hits[: query.k]
 
 
 def _listed(session: Session, owner_id: str, filter: SessionFilter) -> bool:
