@@ -67,20 +67,22 @@ from convostore.model import (
 )
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
-__all__ = ["READER_THREADS", "SQLiteBackend"]
+__all__ = ["READER_THREADS", "SEARCH_THREADS", "SQLiteBackend"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 READER_THREADS: Final = 2
+SEARCH_THREADS: Final = 1
 
 
 class SQLiteBackend(Backend):
     """One SQLite database: a file, or ``:memory:`` (gone at close).
 
     One writer thread owns the only connection that writes; `READER_THREADS` reader
-    threads each own one that reads, which WAL lets run while the writer writes. Open it
-    with `open`, which migrates the schema.
+    threads each own one that reads, which WAL lets run while the writer writes, and
+    `SEARCH_THREADS` more run searches, so that no search waits in front of a read. Open
+    it with `open`, which migrates the schema.
 
     Vector search keeps the vectors it searches in memory, about 156 MB for 100,000 of
     384 dimensions, until close (see `convostore.backends.sqlite.search`).
@@ -114,6 +116,18 @@ class SQLiteBackend(Backend):
                 threads=READER_THREADS,
             )
         )
+        # Searches run on a thread of their own, so a slow one (a cold vector cache, a
+        # large scan) never holds up the readers that every other read waits for.
+        self._searchers = (
+            self._writer
+            if target.in_memory
+            else ConnectionWorker(
+                "convostore-sqlite-search",
+                where,
+                functools.partial(open_connection, target, reader=True),
+                threads=SEARCH_THREADS,
+            )
+        )
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -130,6 +144,7 @@ class SQLiteBackend(Backend):
             await backend._writer.run(prepare_database, target)
             if backend._readers is not backend._writer:
                 await backend._readers.start()
+                await backend._searchers.start()
         except BaseException:
             await backend.close()  # Stops whichever threads started; the rest is a no-op.
             raise
@@ -137,6 +152,7 @@ class SQLiteBackend(Backend):
 
     async def close(self) -> None:
         if self._readers is not self._writer:
+            await self._searchers.stop()
             await self._readers.stop()
         # Last, so the last connection to close checkpoints the WAL into the database.
         await self._writer.stop()
@@ -260,7 +276,7 @@ class SQLiteBackend(Backend):
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
         scope = query.scope
-        return await self._readers.run(
+        return await self._searchers.run(
             in_read_snapshot,
             read_vector_search,
             (
@@ -271,7 +287,7 @@ class SQLiteBackend(Backend):
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
         scope = query.scope
-        return await self._readers.run(
+        return await self._searchers.run(
             in_read_snapshot,
             read_text_search,
             (query.terms, query.k, scope.owner_id, scope.session_id, scope.roles),
