@@ -22,6 +22,7 @@ from convostore.backends.interface import (
     Backend,
     Capabilities,
     Connected,
+    DatabaseStats,
     SearchScope,
     SessionPage,
     TextQuery,
@@ -162,6 +163,12 @@ class Store:
         embedder should have given it; returns a function that removes it."""
         self._embedding_failure_listeners.append(listener)
         return lambda: _discard(self._embedding_failure_listeners, listener)
+
+    async def stats(self) -> DatabaseStats:
+        """What the whole database holds, every owner's sessions included: users,
+        sessions, events, messages, messages with a vector, and its size on disk in
+        bytes (None where nothing is on disk)."""
+        return await self.backend.stats()
 
     # ---------------------------------------------------------------- users
 

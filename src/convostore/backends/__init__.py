@@ -12,7 +12,14 @@ from convostore.backends.registry import backend_for
 from convostore.embedding import Embedder, VectorIndexSpec
 from convostore.store import Store, check_indexed_keys, filtering
 
-__all__ = ["DEFAULT_URL", "Backend", "Capabilities", "memory_store", "open_store"]
+__all__ = [
+    "DEFAULT_URL",
+    "Backend",
+    "Capabilities",
+    "memory_store",
+    "open_store",
+    "pending_migrations",
+]
 
 DEFAULT_URL = "sqlite:///convostore.db"
 
@@ -37,6 +44,13 @@ async def open_store(
         await backend.close()
         raise
     return Store(backend, connected, embedder=chosen)
+
+
+async def pending_migrations(url: str, **options: Any) -> list[str]:
+    """The schema migrations connecting to ``url`` would apply, one line each, oldest
+    first; [] when the schema is current. Changes nothing (see
+    `Backend.pending_migrations`)."""
+    return await backend_for(url).pending_migrations(url, **options)
 
 
 def memory_store() -> Store:

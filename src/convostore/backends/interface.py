@@ -72,6 +72,7 @@ __all__ = [
     "Backend",
     "Capabilities",
     "Connected",
+    "DatabaseStats",
     "SearchScope",
     "SessionPage",
     "TextQuery",
@@ -105,6 +106,20 @@ class Connected:
     indexed_metadata: frozenset[str]
     vector_index: VectorIndexSpec | None
     vector_index_drift: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseStats:
+    """What a whole database holds: users, sessions (parts included), events, the
+    MESSAGE events among them and those that carry a vector, and the bytes the database
+    takes on disk (tables and indexes; None where nothing is on disk)."""
+
+    users: int
+    sessions: int
+    events: int
+    messages: int
+    vectors: int
+    size_bytes: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +182,15 @@ class Backend(abc.ABC):
         the backend's own (an unknown one is `InvalidArgumentError`). A failure releases
         whatever was opened before raising."""
 
+    @classmethod
+    @abc.abstractmethod
+    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
+        """The schema migrations `open` would apply to the database ``url`` names,
+        oldest first, one line each (`convostore.backends.migrations.describe`); [] when
+        its schema is current. Reads only: creates and migrates nothing, not even a
+        missing database or schema (which has every migration pending). A schema newer
+        than this code knows raises `SchemaVersionError`."""
+
     async def after_connect(
         self, indexed_metadata: Iterable[str], vector_index: VectorIndexSpec | None
     ) -> Connected:
@@ -195,6 +219,11 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release every connection and thread. Called once, by the store."""
+
+    @abc.abstractmethod
+    async def stats(self) -> DatabaseStats:
+        """Counts over the whole database, every owner's sessions included, in one
+        consistent read (see `DatabaseStats`)."""
 
     # ---------------------------------------------------------------- users
 

@@ -21,6 +21,7 @@ from convostore._vectors import as_matrix, top_k
 from convostore.backends.interface import (
     Backend,
     Capabilities,
+    DatabaseStats,
     SearchScope,
     SessionPage,
     TextQuery,
@@ -110,8 +111,28 @@ class MemoryBackend(Backend):
             raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
         return cls()
 
+    @classmethod
+    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
+        """None: a memory database is new at every connect and has no schema."""
+        if options:
+            raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
+        return []
+
     async def close(self) -> None:
         return None
+
+    async def stats(self) -> DatabaseStats:
+        with self._lock:
+            events = [event for record in self._sessions.values() for event in record.log]
+            messages = [event for event in events if isinstance(event, Message)]
+            return DatabaseStats(
+                users=len(self._users),
+                sessions=len(self._sessions),
+                events=len(events),
+                messages=len(messages),
+                vectors=sum(1 for m in messages if m.embedding is not None),
+                size_bytes=None,
+            )
 
     # ---------------------------------------------------------------- users
 

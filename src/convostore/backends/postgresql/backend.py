@@ -17,6 +17,7 @@ from convostore._time import from_micros
 from convostore.backends.interface import (
     Backend,
     Capabilities,
+    DatabaseStats,
     SessionPage,
     TextQuery,
     VectorQuery,
@@ -50,6 +51,7 @@ from convostore.backends.postgresql.schema import (
     ServerFacts,
     add_indexed_keys,
     prepare_database,
+    read_pending_migrations,
     remove_indexed_key,
     search_path,
 )
@@ -136,6 +138,22 @@ class PostgreSQLBackend(Backend):
             raise
         return backend
 
+    @classmethod
+    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
+        if options:
+            raise InvalidArgumentError(f"unknown PostgreSQL store options: {sorted(options)}")
+        target = parse_postgresql_url(url)
+        try:
+            connection = await open_connection(target)
+        except psycopg.Error as error:
+            raise translate_error(error, target.where) from error
+        try:
+            return await read_pending_migrations(connection, target.schema, target.where)
+        except psycopg.Error as error:
+            raise translate_error(error, target.where) from error
+        finally:
+            await connection.close()
+
     async def close(self) -> None:
         for task in list(self._pool_checks):
             task.cancel()
@@ -187,6 +205,12 @@ class PostgreSQLBackend(Backend):
     async def get_user(self, user_id: str) -> User | None:
         row = await self._run(fetch_one, sql.SELECT_USER, (user_id,))
         return None if row is None else user_from_row(row)
+
+    async def stats(self) -> DatabaseStats:
+        row = await self._run(fetch_one, sql.DATABASE_STATS, ())
+        assert row is not None
+        users, sessions, events, messages, vectors, size = row
+        return DatabaseStats(users, sessions, events, messages, vectors, int(size))
 
     # ---------------------------------------------------------------- sessions
 

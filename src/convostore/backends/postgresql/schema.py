@@ -23,9 +23,16 @@ from psycopg import AsyncConnection, sql
 from psycopg.errors import Error as DatabaseError
 
 from convostore import _json
+from convostore.backends.migrations import pending
 from convostore.errors import SchemaVersionError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "ServerFacts", "prepare_database"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "ServerFacts",
+    "prepare_database",
+    "read_pending_migrations",
+]
 
 log = logging.getLogger("convostore.postgresql")
 
@@ -250,6 +257,31 @@ async def prepare_database(
             await connection.execute(RECORD_MIGRATION, (number,))
     text_collation = next((c for c in TEXT_COLLATIONS if c in (collations or ())), None)
     return ServerFacts(vector_schema, _version_tuple(vector_version), text_collation)
+
+
+SCHEMA_TABLE_EXISTS: Final = "SELECT to_regclass(%s) IS NOT NULL"
+
+
+async def read_pending_migrations(
+    connection: AsyncConnection[Any], schema: str, where: str
+) -> list[str]:
+    """The migrations `prepare_database` would apply to ``schema``, read without
+    writing or locking: a missing schema has them all pending."""
+    schema_table = sql.Identifier(schema, "convostore_schema").as_string(connection)
+    exists = await (await connection.execute(SCHEMA_TABLE_EXISTS, (schema_table,))).fetchone()
+    recorded = 0
+    if exists and exists[0]:
+        version_query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
+            sql.Identifier(schema, "convostore_schema")
+        )
+        row = await (await connection.execute(version_query)).fetchone()
+        recorded = int(row[0]) if row else 0
+    if recorded > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has convostore schema version {recorded}, newer than version "
+            f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
+        )
+    return pending(recorded, MIGRATIONS)
 
 
 def search_path(schema: str, vector_schema: str | None) -> str:

@@ -385,3 +385,15 @@ def events_sql(
         f"WITH {_BOUNDARY}{', ' + ctes if ctes else ''} "
         f"({_VIEW_PARTS}) UNION ALL ({select}) ORDER BY part, seq"
     )
+
+
+# ---------------------------------------------------------------------------- stats
+
+DATABASE_STATS: Final = """SELECT
+    (SELECT count(*) FROM users),
+    (SELECT count(*) FROM sessions),
+    (SELECT count(*) FROM events),
+    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
+    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
+    (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+        WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm'))"""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
+import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final, Self, TypeVar, TypeVarTuple
@@ -12,6 +14,7 @@ from convostore._time import to_micros
 from convostore.backends.interface import (
     Backend,
     Capabilities,
+    DatabaseStats,
     SessionPage,
     TextQuery,
     VectorQuery,
@@ -38,6 +41,7 @@ from convostore.backends.sqlite.operations import (
 from convostore.backends.sqlite.rows import session_from_row, summary_from_row, user_from_row
 from convostore.backends.sqlite.schema import (
     prepare_database,
+    read_pending_migrations,
     write_indexed_keys,
     write_unindexed_key,
 )
@@ -52,7 +56,7 @@ from convostore.backends.sqlite.search import (
     write_vector_index,
 )
 from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
-from convostore.backends.sqlite.worker import ConnectionWorker
+from convostore.backends.sqlite.worker import ConnectionWorker, translate_error
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
@@ -149,6 +153,23 @@ class SQLiteBackend(Backend):
             await backend.close()  # Stops whichever threads started; the rest is a no-op.
             raise
         return backend
+
+    @classmethod
+    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
+        if options:
+            raise InvalidArgumentError(f"unknown SQLite store options: {sorted(options)}")
+        target = parse_sqlite_url(url)
+        try:
+            return await asyncio.to_thread(read_pending_migrations, target)
+        except sqlite3.Error as error:
+            raise translate_error(error, target.path) from error
+
+    async def stats(self) -> DatabaseStats:
+        row = await self._readers.run(read_all, sql.DATABASE_STATS, ())
+        users, sessions, events, messages, vectors, size = row[0]
+        return DatabaseStats(
+            users, sessions, events, messages, vectors, None if self.target.in_memory else size
+        )
 
     async def close(self) -> None:
         if self._readers is not self._writer:

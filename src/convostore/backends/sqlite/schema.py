@@ -7,17 +7,20 @@ TEXT, an embedding is a BLOB of little-endian float32 values.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
+import urllib.parse
 from typing import Final
 
 from convostore import _json
 from convostore._time import to_micros, utc_now
+from convostore.backends.migrations import pending
 from convostore.backends.sqlite.connection import in_write_transaction
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.errors import SchemaVersionError
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database", "read_pending_migrations"]
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
@@ -241,6 +244,20 @@ def prepare_database(connection: sqlite3.Connection, target: SQLiteTarget) -> No
         _use_wal(connection)
     # Under the write lock, so processes connecting at once migrate one after another.
     in_write_transaction(connection, _migrate, (target,))
+
+
+def read_pending_migrations(target: SQLiteTarget) -> list[str]:
+    """The migrations `prepare_database` would apply, read without writing: the file is
+    opened read-only, and a missing one has them all pending."""
+    if target.in_memory or not os.path.exists(target.path):
+        return pending(0, MIGRATIONS)
+    connection = sqlite3.connect(f"file:{urllib.parse.quote(target.path)}?mode=ro", uri=True)
+    try:
+        version = _recorded_version(connection)
+    finally:
+        connection.close()
+    _refuse_newer(version, target)
+    return pending(version, MIGRATIONS)
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:

@@ -247,3 +247,14 @@ def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
         fragment for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True) if used
     ]
     return head + "".join(fragments) + tail
+
+
+# ---------------------------------------------------------------------------- stats
+
+DATABASE_STATS: Final = """SELECT
+    (SELECT count(*) FROM users),
+    (SELECT count(*) FROM sessions),
+    (SELECT count(*) FROM events),
+    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
+    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
+    (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size())"""
