@@ -37,7 +37,16 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 def test_every_command_has_help_with_examples() -> None:
     commands = _subcommands(build_parser())
-    assert set(commands) >= {"serve", "demo", "keys", "export", "import", "reembed"}
+    assert set(commands) == {
+        "serve",
+        "demo",
+        "keys",
+        "export",
+        "import",
+        "reembed",
+        "migrate",
+        "stats",
+    }
     for name, parser in commands.items():
         text = parser.format_help()
         assert "examples:" in text, name
@@ -108,3 +117,37 @@ def test_the_installed_command_runs() -> None:
         [sys.executable, "-m", "convostore", "--help"], capture_output=True, text=True, check=True
     )
     assert "COMMAND" in done.stdout
+
+
+def test_migrate_dry_run_lists_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.db"
+    url = f"sqlite:///{path}"
+    assert main(["migrate", "--url", url, "--dry-run"]) == 0
+    pending = capsys.readouterr().out.splitlines()
+    assert pending
+    assert pending[0].startswith("1: create table")
+    assert not path.exists()
+    assert main(["migrate", "--url", url]) == 0
+    assert capsys.readouterr().out.splitlines() == pending
+    assert main(["migrate", "--url", url, "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "nothing to migrate" in err
+
+
+def test_stats_counts_every_owner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    _fill(url, sessions=2, messages=3)
+    assert main(["stats", "--url", url, "--json"]) == 0
+    counts = json.loads(capsys.readouterr().out)
+    assert (counts["users"], counts["sessions"], counts["messages"], counts["vectors"]) == (
+        1,
+        2,
+        6,
+        0,
+    )
+    assert counts["size_bytes"] > 0
+    assert main(["stats", "--url", url]) == 0
+    assert "messages" in capsys.readouterr().out

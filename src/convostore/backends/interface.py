@@ -112,7 +112,8 @@ class Connected:
 class DatabaseStats:
     """What a whole database holds: users, sessions (parts included), events, the
     MESSAGE events among them and those that carry a vector, and the bytes the database
-    takes on disk (tables and indexes; None where nothing is on disk)."""
+    takes (tables and indexes; None where nothing is on disk or the database does not
+    say)."""
 
     users: int
     sessions: int

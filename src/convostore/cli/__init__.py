@@ -12,13 +12,13 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from convostore.cli import demo, keys, reembed, serve, transfer
+from convostore.cli import demo, keys, migrate, reembed, serve, stats, transfer
 from convostore.cli._common import fail
 from convostore.errors import StoreError
 
 __all__ = ["main"]
 
-COMMANDS = (serve, demo, keys, transfer, reembed)
+COMMANDS = (serve, demo, keys, transfer, reembed, migrate, stats)
 
 DESCRIPTION = """\
 convostore: the conversation store for AI agents.

@@ -542,3 +542,11 @@ RECORD_VECTOR_INDEX: Final = (
     " c.vector_model = $model RETURN c.vector_dimensions, c.vector_metric, c.vector_model"
 )
 LIST_INDEXES: Final = "CALL db.indexes() YIELD label, properties, types RETURN label, types"
+
+DATABASE_STATS: Final = (
+    "OPTIONAL MATCH (u:User) WITH count(u) AS users"
+    " OPTIONAL MATCH (s:Session) WITH users, count(s) AS sessions"
+    " OPTIONAL MATCH (e:Event) RETURN users, sessions, count(e),"
+    " sum(CASE WHEN e.type = 'MESSAGE' THEN 1 ELSE 0 END),"
+    " sum(CASE WHEN e.embedding IS NULL THEN 0 ELSE 1 END)"
+)

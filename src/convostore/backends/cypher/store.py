@@ -26,7 +26,13 @@ from convostore.backends.cypher.values import (
     update_parameters,
     user_parameters,
 )
-from convostore.backends.interface import Backend, SessionPage, TextQuery, VectorQuery
+from convostore.backends.interface import (
+    Backend,
+    DatabaseStats,
+    SessionPage,
+    TextQuery,
+    VectorQuery,
+)
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import (
     EventIdConflictError,
@@ -95,6 +101,12 @@ class CypherBackend(Backend):
     async def get_user(self, user_id: str) -> User | None:
         rows = await self._run(q.GET_USER, {"id": user_id}, write=False)
         return READER.user(rows[0]) if rows else None
+
+    async def stats(self) -> DatabaseStats:
+        """Counts from the graph; its size is not reported (None)."""
+        rows = await self._run(q.DATABASE_STATS, {}, write=False)
+        users, sessions, events, messages, vectors = (int(value or 0) for value in rows[0])
+        return DatabaseStats(users, sessions, events, messages, vectors, None)
 
     # ---------------------------------------------------------------- sessions
 

@@ -19,7 +19,13 @@ from convostore.backends.cypher.values import metadata_entry
 from convostore.embedding import Metric, VectorIndexSpec
 from convostore.errors import SchemaVersionError
 
-__all__ = ["SCHEMA_VERSION", "GraphFacts", "declare_vector_index", "prepare_graph"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "GraphFacts",
+    "declare_vector_index",
+    "prepare_graph",
+    "read_pending_migrations",
+]
 
 log = logging.getLogger("convostore.falkordb")
 
@@ -48,6 +54,26 @@ async def indexes(run: Run) -> set[tuple[str, str, str]]:
         for prop, kinds in (types or {}).items():
             found.update((label, prop, kind) for kind in kinds)
     return found
+
+
+async def read_pending_migrations(run: Run, where: str) -> list[str]:
+    """The migrations `prepare_graph` would apply, read without writing: a graph with no
+    recorded version has them all pending."""
+    rows = await run(q.READ_SCHEMA, _KEY)
+    recorded = int(rows[0][0] or 0) if rows else 0
+    if recorded > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has convostore schema version {recorded}, newer than version "
+            f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
+        )
+    return [
+        f"{number}: "
+        + ", ".join(
+            f"create {kind.lower()} index on {label}.{prop}"
+            for label, prop, kind in MIGRATIONS[number - 1]
+        )
+        for number in range(recorded + 1, SCHEMA_VERSION + 1)
+    ]
 
 
 async def prepare_graph(

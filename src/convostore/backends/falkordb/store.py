@@ -69,6 +69,28 @@ class FalkorDBBackend(CypherBackend):
             raise
         return backend
 
+    @classmethod
+    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
+        if options:
+            raise InvalidArgumentError(f"unknown FalkorDB store options: {sorted(options)}")
+        backend = cls(parse_falkordb_url(url))
+        try:
+            await backend._connect()
+            try:
+                exists = await aioredis.Redis(connection_pool=backend._pool).exists(
+                    backend.target.graph
+                )
+            except DriverError as error:
+                raise translate_error(error, backend._where) from error
+            # A graph that does not exist yet cannot be queried, read-only.
+            recorded = backend._read_query if exists else _no_graph
+            return await schema.read_pending_migrations(recorded, backend._where)
+        finally:
+            await backend.close()
+
+    async def _read_query(self, query: str, parameters: dict[str, Any]) -> Rows:
+        return await self._run(query, parameters, write=False)
+
     async def _connect(self) -> None:
         target = self.target
         connection_class = aioredis.SSLConnection if target.tls else aioredis.Connection
@@ -188,3 +210,8 @@ def translate_error(error: BaseException, where: str) -> StoreError:
     if isinstance(error, redis_errors.ResponseError) and "NOAUTH" in str(error):
         return BackendUnavailableError(detail)
     return StoreError(detail)
+
+
+async def _no_graph(query: str, parameters: dict[str, Any]) -> Rows:
+    """What a query of a graph that does not exist reads: nothing."""
+    return []

@@ -21,7 +21,9 @@ async def test_stats_count_every_owner(store: Store) -> None:
     part = await store.create_session(ALICE, part_of=first.id, held_with=BOB)
     second = await new_session(store, BOB)
     await store.add_message(first.id, say("hi", author=ALICE))
-    await store.add_message(part.id, MessageWrite(Role.USER, "v", embedding=[1.0, 0.0], embedding_model="m"))
+    await store.add_message(
+        part.id, MessageWrite(Role.USER, "v", embedding=[1.0, 0.0], embedding_model="m")
+    )
     await store.append_event(second.id, event())
     stats = await store.stats()
     assert (stats.users, stats.sessions, stats.events, stats.messages, stats.vectors) == (
@@ -31,9 +33,7 @@ async def test_stats_count_every_owner(store: Store) -> None:
         2,
         1,
     )
-    if store.capabilities.persistent:
-        assert stats.size_bytes is not None
-        assert stats.size_bytes > 0
+    assert stats.size_bytes is None or stats.size_bytes > 0
 
 
 async def test_a_connected_database_has_no_pending_migration(
@@ -47,4 +47,3 @@ async def test_pending_migrations_change_nothing(backend: BackendUnderTest) -> N
     before = await pending_migrations(backend())
     assert await pending_migrations(backend()) == before
     assert all(line.split(":")[0].isdigit() for line in before)
-
