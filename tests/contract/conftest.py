@@ -22,6 +22,7 @@ import pytest
 
 import convostore
 from convostore import BackendUnavailableError, Store
+from tests.servers import mariadb as mariadb_servers
 from tests.servers import postgresql as postgresql_servers
 
 
@@ -82,11 +83,32 @@ def _fresh_postgresql_schema(server: postgresql_servers.TestServer) -> str:
     return f"{url}{separator}schema=contract_{os.getpid()}_{next(_schema_numbers)}"
 
 
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[mariadb_servers.TestServer | Unavailable]:
+    """The session's MariaDB (see `tests.servers.mariadb.shared_server`)."""
+    try:
+        server = mariadb_servers.shared_server()
+    except mariadb_servers.ServerUnavailable as why:
+        yield Unavailable(str(why))
+        return
+    yield server
+    mariadb_servers.stop_shared_server()
+
+
+_database_numbers = itertools.count(1)
+
+
+def _fresh_mariadb_database(server: mariadb_servers.TestServer) -> str:
+    # A new database name: the store creates it at connect.
+    return server.url(f"contract_{os.getpid()}_{next(_database_numbers)}")
+
+
 # name -> how to get a fresh database for one test. One line per backend.
 BACKENDS: dict[str, BackendUrl | OnServer] = {
     "memory": _memory_url,
     "sqlite": _sqlite_url,
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
+    "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
 }
 
 

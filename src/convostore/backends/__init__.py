@@ -13,8 +13,6 @@ __all__ = ["DEFAULT_URL", "open_store"]
 DEFAULT_URL = "sqlite:///convostore.db"
 
 _PLANNED = {
-    "mysql": "MySQL/MariaDB",
-    "mariadb": "MySQL/MariaDB",
     "falkordb": "FalkorDB",
     "neo4j": "Neo4j",
     "bolt": "Neo4j",
@@ -43,6 +41,10 @@ async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: An
         from convostore.backends.postgresql import PostgreSQLStore
 
         return await PostgreSQLStore.open(url, indexed_metadata=indexed_metadata, **options)
+    if scheme.split("+")[0] in ("mysql", "mariadb"):
+        from convostore.backends.mysql import MySQLStore
+
+        return await MySQLStore.open(url, indexed_metadata=indexed_metadata, **options)
     if scheme.split("+")[0] in _PLANNED:
         from convostore.errors import BackendUnavailableError
 
