@@ -56,7 +56,7 @@ async def prepare_database(target: MySQLTarget, indexed_keys: frozenset[str]) ->
     connection = await _connect_creating(target)
     try:
         row = await fetch_one(connection, SERVER_VERSION)
-        facts = server_facts(str(row[0]))
+        facts = server_facts(str(row[0]), int(row[1]))
         name = migration_lock_name(target.database)
         (taken,) = await fetch_one(connection, TAKE_MIGRATION_LOCK, (name, MIGRATION_LOCK_WAIT_S))
         if taken != 1:
@@ -83,7 +83,7 @@ async def _connect_creating(target: MySQLTarget) -> Connection:
     connection = await open_connection(target, None)
     try:
         row = await fetch_one(connection, SERVER_VERSION)
-        facts = server_facts(str(row[0]))
+        facts = server_facts(str(row[0]), int(row[1]))
         # The name matched DATABASE_NAME: letters, digits and underscores only.
         await execute(
             connection, CREATE_DATABASE.format(name=target.database, collation=facts.collation)

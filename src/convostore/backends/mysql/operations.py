@@ -57,6 +57,7 @@ from convostore.prepare import (
 )
 
 __all__ = [
+    "check_size",
     "execute",
     "fetch_all",
     "fetch_one",
@@ -98,6 +99,27 @@ async def execute(connection: Connection, statement: str, parameters: Any = None
     """Run the statement; how many rows it changed itself (not its cascades)."""
     async with connection.cursor() as cursor:
         return await cursor.execute(statement, parameters)
+
+
+# What a statement's text costs beyond its values, with room to spare.
+_STATEMENT_MARGIN: Final = 64 * 1024
+
+
+def check_size(parameters: Iterable[Any], limit: int, what: str) -> None:
+    """`InvalidArgumentError` for values that make a statement larger than the server
+    accepts (its ``max_allowed_packet``), which it would answer by dropping the
+    connection. Text is counted at four bytes a character, and exactly only then."""
+    texts = [value for value in parameters if isinstance(value, str | bytes)]
+    room = limit - _STATEMENT_MARGIN
+    if sum(map(len, texts)) * 4 <= room:
+        return
+    # Escaping may double a byte: quotes and backslashes.
+    size = sum(2 * len(t.encode() if isinstance(t, str) else t) for t in texts)
+    if size > room:
+        raise InvalidArgumentError(
+            f"{what} is too large for this server: about {size} bytes, and its "
+            f"max_allowed_packet is {limit}"
+        )
 
 
 async def _execute_many(connection: Connection, statement: str, rows: list[Any]) -> None:
@@ -147,9 +169,11 @@ async def _index_metadata(
 
 
 async def write_insert_session(
-    connection: Connection, new: NewSession, if_absent: bool
+    connection: Connection, new: NewSession, if_absent: bool, limit: int
 ) -> Session | None:
     session = new.session
+    row = new_session_row(new)
+    check_size(row, limit, "the session")
     if await fetch_one(connection, sql.SESSION_EXISTS, (session.id,)) is not None:
         if if_absent:
             return None
@@ -166,7 +190,7 @@ async def write_insert_session(
             raise InvalidArgumentError("part_of must name a session with the same owner")
     await _insert_users(connection, new.users_to_insert)
     try:
-        await execute(connection, sql.INSERT_SESSION, new_session_row(new))
+        await execute(connection, sql.INSERT_SESSION, row)
     except errors.IntegrityError as error:
         # Inserted by another transaction since the look above: sessions have one key.
         if error_code(error) != ER_DUP_ENTRY:
@@ -178,7 +202,7 @@ async def write_insert_session(
     return session
 
 
-async def write_find_or_insert_part(connection: Connection, new: NewSession) -> Session:
+async def write_find_or_insert_part(connection: Connection, new: NewSession, limit: int) -> Session:
     """Under the parent's row lock no other part can appear between the look and the
     insert, so every caller settles on the earliest part."""
     parent = await fetch_one(connection, sql.LOCK_PARENT, (new.session.part_of,))
@@ -187,7 +211,7 @@ async def write_find_or_insert_part(connection: Connection, new: NewSession) -> 
     found = await fetch_one(connection, sql.FIND_PART, (session.part_of, session.held_with))
     if found is not None:
         return session_from_row(found)
-    inserted = await write_insert_session(connection, new, False)
+    inserted = await write_insert_session(connection, new, False, limit)
     assert inserted is not None  # Absent, or the look above would have found it.
     return inserted
 
@@ -197,19 +221,19 @@ async def _stored_session(connection: Connection, session_id: str) -> Session:
     return session_from_row(row)
 
 
-async def write_update_session(connection: Connection, changes: SessionChanges) -> Session:
-    changed = await execute(
-        connection,
-        sql.UPDATE_SESSION,
-        (
-            changes.title,
-            changes.metadata_json,
-            None if changes.expires_at is None else to_micros(changes.expires_at),
-            changes.new_stamp,
-            changes.session_id,
-            changes.expected_stamp,
-        ),
+async def write_update_session(
+    connection: Connection, changes: SessionChanges, limit: int
+) -> Session:
+    parameters = (
+        changes.title,
+        changes.metadata_json,
+        None if changes.expires_at is None else to_micros(changes.expires_at),
+        changes.new_stamp,
+        changes.session_id,
+        changes.expected_stamp,
     )
+    check_size(parameters, limit, "the session")
+    changed = await execute(connection, sql.UPDATE_SESSION, parameters)
     if not changed:
         if await fetch_one(connection, sql.SESSION_EXISTS, (changes.session_id,)) is None:
             raise SessionNotFoundError(f"no session {changes.session_id!r}")
@@ -238,7 +262,7 @@ async def write_delete_expired(connection: Connection, before: int) -> int:
     return deleted
 
 
-async def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcome:
+async def write_append(connection: Connection, append: PreparedAppend, limit: int) -> AppendOutcome:
     """The checks in the order `Store._append` gives, under the session's row lock:
     the version check and the new ``seq`` values cannot race another append."""
     events = append.events
@@ -253,6 +277,7 @@ async def write_append(connection: Connection, append: PreparedAppend) -> Append
     first_seq = last_seq + 1
     statement = sql.INSERT_EVENTS + ", ".join(sql.EVENT_ROW for _ in events)
     parameters = [value for i, p in enumerate(events) for value in event_row(p, first_seq + i)]
+    check_size(parameters, limit, "the append")
     try:
         await execute(connection, statement, parameters)
     except errors.IntegrityError as error:

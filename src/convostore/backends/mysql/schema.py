@@ -178,7 +178,7 @@ SCHEMA_TABLE_EXISTS: Final = (
 TAKE_MIGRATION_LOCK: Final = "SELECT GET_LOCK(%s, %s)"
 RELEASE_MIGRATION_LOCK: Final = "SELECT RELEASE_LOCK(%s)"
 STOPWORDS_OFF: Final = "SET SESSION innodb_ft_enable_stopword = 0"
-SERVER_VERSION: Final = "SELECT VERSION()"
+SERVER_VERSION: Final = "SELECT VERSION(), @@max_allowed_packet"
 
 SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
 INSERT_INDEXED_KEY: Final = "INSERT INTO indexed_metadata_keys (name) VALUES (%s)"
@@ -201,13 +201,14 @@ class ServerFacts:
     family: str
     version: tuple[int, ...]
     collation: str
+    max_packet: int = 16 * 1024 * 1024
 
 
-def server_facts(version_text: str) -> ServerFacts:
-    """The facts of a server from its ``VERSION()``: ``10.11.6-MariaDB-0+deb12u1`` or
-    ``8.0.36``."""
+def server_facts(version_text: str, max_packet: int) -> ServerFacts:
+    """The facts of a server from its ``VERSION()`` (``10.11.6-MariaDB-0+deb12u1`` or
+    ``8.0.36``) and its ``max_allowed_packet``."""
     family = "mariadb" if "mariadb" in version_text.lower() else "mysql"
-    return ServerFacts(family, version_tuple(version_text), TEXT_COLLATIONS[family])
+    return ServerFacts(family, version_tuple(version_text), TEXT_COLLATIONS[family], max_packet)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

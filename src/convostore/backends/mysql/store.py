@@ -25,6 +25,7 @@ from convostore.backends.mysql.connection import (
 )
 from convostore.backends.mysql.migrate import prepare_database
 from convostore.backends.mysql.operations import (
+    check_size,
     execute,
     fetch_all,
     fetch_one,
@@ -182,7 +183,9 @@ class MySQLStore(Store):
     # ---------------------------------------------------------------- users
 
     async def _put_user(self, user: User) -> None:
-        await self._run(execute, sql.UPSERT_USER, user_values(user))
+        values = user_values(user)
+        check_size(values, self.facts.max_packet, "the user")
+        await self._run(execute, sql.UPSERT_USER, values)
 
     async def _get_user(self, user_id: str) -> User | None:
         row = await self._run(fetch_one, sql.SELECT_USER, (user_id,))
@@ -191,19 +194,20 @@ class MySQLStore(Store):
     # ---------------------------------------------------------------- sessions
 
     async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
-        return await self._write(write_insert_session, new, if_absent)
+        return await self._write(write_insert_session, new, if_absent, self.facts.max_packet)
 
     async def _find_or_insert_part(self, new: NewSession) -> Session:
-        return await self._write(write_find_or_insert_part, new)
+        return await self._write(write_find_or_insert_part, new, self.facts.max_packet)
 
     async def _get_session(self, session_id: str) -> Session | None:
         row = await self._run(fetch_one, sql.SELECT_SESSION, (session_id,))
         return None if row is None else session_from_row(row)
 
     async def _update_session(self, changes: SessionChanges) -> Session:
-        return await self._write(write_update_session, changes)
+        return await self._write(write_update_session, changes, self.facts.max_packet)
 
     async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+        check_size((title,), self.facts.max_packet, "the title")
         return await self._write(write_set_title, session_id, title, stamp)
 
     async def _delete_session(self, session_id: str) -> bool:
@@ -261,7 +265,7 @@ class MySQLStore(Store):
     # ---------------------------------------------------------------- the log
 
     async def _append(self, append: PreparedAppend) -> AppendOutcome:
-        return await self._write(write_append, append)
+        return await self._write(write_append, append, self.facts.max_packet)
 
     async def _version(self, session_id: str) -> int:
         row = await self._run(fetch_one, sql.SESSION_VERSION, (session_id,))
@@ -276,6 +280,7 @@ class MySQLStore(Store):
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         parameters = (text, stamp, message_id, session_id)
+        check_size(parameters, self.facts.max_packet, "the narration")
         return await self._run(execute, sql.SET_NARRATION, parameters) > 0
 
     # ---------------------------------------------------------------- vectors and text
