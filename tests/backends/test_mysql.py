@@ -132,7 +132,7 @@ def say(content: str, role: Role = Role.USER) -> MessageWrite:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("mysql://u:p%40ss@db.example:3307/chat", MySQLTarget("db.example", 3307, "u", "p@ss", "chat")),
+        ("mysql://u:p%40ss@db.ex:3307/chat", MySQLTarget("db.ex", 3307, "u", "p@ss", "chat")),
         ("mariadb://u@localhost/chat", MySQLTarget("localhost", 3306, "u", None, "chat")),
         (
             "mysql+asyncmy://u@h/chat?pool_min_size=0&pool_max_size=3&pool_timeout=2.5"
@@ -231,7 +231,7 @@ async def test_every_table_and_text_column_is_utf8mb4(server: TestServer, stores
     )
     assert columns
     assert {charset for _, charset in columns} == {"utf8mb4"}
-    text = "emoji 🦜🏳️‍🌈, CJK 漢字, math 𝔸"
+    text = "emoji 🦜🏳️‍🌈, CJK 漢字, math \U0001d538"
     session = await store.create_session(User("🦜", text), title=text, metadata={"k": text})
     await store.add_message(session.id, MessageWrite(Role.USER, text, author="🦜"))
     [message] = await store.messages(session.id)
@@ -494,7 +494,7 @@ async def test_rollback_and_return_writes_nothing(stores: Stores) -> None:
     store = await stores.open()
     session = await store.create_session(ADA)
 
-    async def retitle_then_give_up(connection: asyncmy.connection.Connection) -> None:
+    async def retitle_then_give_up(connection: asyncmy.connection.Connection) -> str:
         await fetch_one(connection, "UPDATE sessions SET title = 'no' WHERE id = %s", (session.id,))
         raise RollbackAndReturn("given up")
 
