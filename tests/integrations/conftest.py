@@ -11,11 +11,12 @@ from tests.contract.conftest import (
     backend,
     connect_store,
     in_ci,
+    mariadb_server,
     postgresql_server,
     store,
 )
 
-__all__ = ["backend", "connect_store", "postgresql_server", "store"]
+__all__ = ["backend", "connect_store", "mariadb_server", "postgresql_server", "store"]
 
 _FRAMEWORK_OF = {
     "test_openai_agents.py": "agents",
