@@ -358,7 +358,7 @@ async def read_events(
     connection: Connection, session_id: str, event_filter: EventFilter
 ) -> list[Event]:
     """What `filters.apply_filter` answers over the log; over the active view when the
-    filter asks for it and the log has a compaction. Run in one snapshot."""
+    filter asks for it and the log has a compaction."""
     if event_filter.active_view:
         boundary = await fetch_one(connection, sql.NEWEST_COMPACTION, (session_id,))
         if boundary is not None:
@@ -387,8 +387,11 @@ async def read_events(
 
 
 def needs_snapshot(event_filter: EventFilter) -> bool:
-    """Whether `read_events` runs more than one statement for this filter."""
-    return event_filter.active_view or event_filter.last is not None
+    """Whether `read_events` needs one snapshot for its statements: for the active view,
+    whose boundary and later events must agree. A window of the last n events does
+    not: its extension reads only positions before the window, which appends (at the
+    end of the log) never change."""
+    return event_filter.active_view
 
 
 async def _read_active_view(
