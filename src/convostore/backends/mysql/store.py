@@ -143,7 +143,8 @@ class MySQLStore(Store):
         connection that failed is closed, never given to the next caller."""
         pool = self.pool
         try:
-            connection = await asyncio.wait_for(pool.acquire(), self.target.pool_timeout)
+            async with asyncio.timeout(self.target.pool_timeout):
+                connection = await pool.acquire()
         except TimeoutError as error:
             raise BackendUnavailableError(
                 f"{self._where}: no free connection in {self.target.pool_timeout} s"
