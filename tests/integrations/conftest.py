@@ -10,13 +10,21 @@ import importlib.util
 from tests.contract.conftest import (
     backend,
     connect_store,
+    falkordb_server,
     in_ci,
     mariadb_server,
     postgresql_server,
     store,
 )
 
-__all__ = ["backend", "connect_store", "mariadb_server", "postgresql_server", "store"]
+__all__ = [
+    "backend",
+    "connect_store",
+    "falkordb_server",
+    "mariadb_server",
+    "postgresql_server",
+    "store",
+]
 
 _FRAMEWORK_OF = {
     "test_openai_agents.py": "agents",

@@ -13,7 +13,6 @@ __all__ = ["DEFAULT_URL", "open_store"]
 DEFAULT_URL = "sqlite:///convostore.db"
 
 _PLANNED = {
-    "falkordb": "FalkorDB",
     "neo4j": "Neo4j",
     "bolt": "Neo4j",
     "memgraph": "Memgraph",
@@ -45,6 +44,10 @@ async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: An
         from convostore.backends.mysql import MySQLStore
 
         return await MySQLStore.open(url, indexed_metadata=indexed_metadata, **options)
+    if scheme in ("falkordb", "falkordbs"):
+        from convostore.backends.falkordb import FalkorDBStore
+
+        return await FalkorDBStore.open(url, indexed_metadata=indexed_metadata, **options)
     if scheme.split("+")[0] in _PLANNED:
         from convostore.errors import BackendUnavailableError
 
