@@ -43,7 +43,7 @@ if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true
 
 import asyncmy
 
-from convostore.backends.mysql import SCHEMA_VERSION, MySQLStore, MySQLTarget, parse_mysql_url
+from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, MySQLTarget, parse_mysql_url
 from convostore.backends.mysql.connection import RollbackAndReturn, in_transaction
 from convostore.backends.mysql.operations import fetch_all, fetch_one
 from tests.servers.mariadb import (
@@ -90,12 +90,18 @@ class Stores:
         query = "&".join(f"{name}={value}" for name, value in options.items())
         return self.server.url(self.database) + (f"?{query}" if query else "")
 
-    async def open(self, **options: Any) -> MySQLStore:
+    async def open(self, **options: Any) -> Store:
         url_options = options.pop("url_options", {})
         store = await convostore.connect(self.url(**url_options), **options)
-        assert isinstance(store, MySQLStore)
+        assert isinstance(store.backend, MySQLBackend)
         self.opened.append(store)
         return store
+
+
+def pool(store: Store) -> asyncmy.pool.Pool:
+    """The store's connection pool, for work beside the store."""
+    assert isinstance(store.backend, MySQLBackend)
+    return store.backend.pool
 
 
 @pytest.fixture
@@ -323,7 +329,7 @@ async def test_short_words_and_stopwords_are_found(server: TestServer, stores: S
 
 async def test_text_search_walks_the_fulltext_index(stores: Stores) -> None:
     store = await stores.open()
-    async with store.pool.acquire() as connection:
+    async with pool(store).acquire() as connection:
         plan = await fetch_all(
             connection,
             "EXPLAIN SELECT row_id FROM events"
@@ -416,7 +422,7 @@ async def test_a_lock_wait_timeout_is_retried_then_succeeds(stores: Stores) -> N
         )
         return int(row[0])
 
-    async with store.pool.acquire() as holder, store.pool.acquire() as waiter:
+    async with pool(store).acquire() as holder, pool(store).acquire() as waiter:
         await holder.begin()
         await fetch_one(holder, "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session.id,))
         running = asyncio.create_task(in_transaction(waiter, 3, append_title))
@@ -429,12 +435,12 @@ async def test_a_lock_wait_timeout_is_retried_then_succeeds(stores: Stores) -> N
 async def test_a_lock_wait_timeout_after_the_retries_is_unavailable(stores: Stores) -> None:
     store = await stores.open(url_options={"deadlock_retries": 1})
     session = await store.create_session(ADA)
-    async with store.pool.acquire() as holder:
+    async with pool(store).acquire() as holder:
         await fetch_all(holder, "SET SESSION innodb_lock_wait_timeout = 1")
         await holder.begin()
         await fetch_one(holder, "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session.id,))
         try:
-            async with store.pool.acquire() as waiter:
+            async with pool(store).acquire() as waiter:
                 await fetch_all(waiter, "SET SESSION innodb_lock_wait_timeout = 1")
                 with pytest.raises(asyncmy.errors.OperationalError) as timed_out:
                     await in_transaction(
@@ -470,7 +476,7 @@ async def test_a_deadlock_victim_is_run_again(stores: Stores) -> None:
         await fetch_one(connection, "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (one.id,))
         return "done"
 
-    async with store.pool.acquire() as holder, store.pool.acquire() as victim:
+    async with pool(store).acquire() as holder, pool(store).acquire() as victim:
         await holder.begin()
         # The holder changes rows, so InnoDB keeps it and ends the other.
         await fetch_one(holder, "UPDATE sessions SET title = 'held' WHERE id = %s", (one.id,))
@@ -498,7 +504,7 @@ async def test_rollback_and_return_writes_nothing(stores: Stores) -> None:
         await fetch_one(connection, "UPDATE sessions SET title = 'no' WHERE id = %s", (session.id,))
         raise RollbackAndReturn("given up")
 
-    async with store.pool.acquire() as connection:
+    async with pool(store).acquire() as connection:
         assert await in_transaction(connection, 0, retitle_then_give_up) == "given up"
     assert (await store.get_session(session.id)) == session
 

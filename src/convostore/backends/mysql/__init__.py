@@ -4,7 +4,7 @@ in those versions); text search runs on a FULLTEXT index.
 
 Modules, in the order a call goes through them:
 
-- `store`: `MySQLStore`, whose primitives each run one function on one pooled
+- `backend`: `MySQLBackend`, whose primitives each run one function on one pooled
   connection, and where the driver's errors end.
 - `connection`: how connections are set up, transactions run and retried; the error
   translation.
@@ -28,8 +28,8 @@ except ImportError as missing:
         "the MySQL/MariaDB backend needs asyncmy: pip install 'convostore[mysql]'"
     ) from missing
 
+from convostore.backends.mysql.backend import MySQLBackend
 from convostore.backends.mysql.schema import MIGRATIONS, SCHEMA_VERSION
-from convostore.backends.mysql.store import MySQLStore
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "MySQLStore", "MySQLTarget", "parse_mysql_url"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "MySQLBackend", "MySQLTarget", "parse_mysql_url"]

@@ -1,5 +1,5 @@
-"""What runs at connect: the database created if absent, the schema migrated under a
-named lock, the metadata index brought to the store's keys."""
+"""What runs at connect: the database created if absent and the schema migrated under
+a named lock; and the metadata keys indexed (added and backfilled, or removed)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from convostore.backends.mysql.connection import (
 from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
 from convostore.backends.mysql.schema import (
     CREATE_SCHEMA_TABLE,
+    DELETE_INDEXED_KEY,
+    DELETE_KEY_ENTRIES,
     INSERT_INDEXED_KEY,
     INSERT_KEY_ENTRY,
     RECORD_MIGRATION,
@@ -39,7 +41,7 @@ from convostore.backends.mysql.schema import (
 from convostore.backends.mysql.url import MySQLTarget
 from convostore.errors import BackendUnavailableError
 
-__all__ = ["prepare_database"]
+__all__ = ["add_indexed_keys", "prepare_database", "remove_indexed_key"]
 
 # How long a store waits for another one's migration, in seconds.
 MIGRATION_LOCK_WAIT_S: Final = 300
@@ -50,9 +52,9 @@ CREATE_DATABASE: Final = (
 )
 
 
-async def prepare_database(target: MySQLTarget, indexed_keys: frozenset[str]) -> ServerFacts:
-    """Create the database if it is absent, migrate it to `SCHEMA_VERSION` and its
-    metadata index to ``indexed_keys``; the server's facts."""
+async def prepare_database(target: MySQLTarget) -> ServerFacts:
+    """Create the database if it is absent and migrate it to `SCHEMA_VERSION`; the
+    server's facts."""
     connection = await _connect_creating(target)
     try:
         row = await fetch_one(connection, SERVER_VERSION)
@@ -66,7 +68,6 @@ async def prepare_database(target: MySQLTarget, indexed_keys: frozenset[str]) ->
             )
         try:
             await _migrate(connection, target, facts)
-            await _index_metadata_keys(connection, indexed_keys)
         finally:
             await fetch_one(connection, RELEASE_MIGRATION_LOCK, (name,))
         return facts
@@ -115,21 +116,34 @@ async def _migrate(connection: Connection, target: MySQLTarget, facts: ServerFac
         await execute(connection, RECORD_MIGRATION, (number, applied_at()))
 
 
-async def _index_metadata_keys(connection: Connection, keys: frozenset[str]) -> None:
-    """Backfill the index for keys newly named. Keys belong to the database: a key no
-    store names any more stays indexed."""
+async def add_indexed_keys(connection: Connection, keys: frozenset[str]) -> frozenset[str]:
+    """Index ``keys`` too, each new one recorded and backfilled in one transaction (the
+    key's row lock makes a store connecting at the same moment wait, then skip it).
+    Every key the database indexes."""
     indexed = {str(row[0]) for row in await fetch_all(connection, SELECT_INDEXED_KEYS)}
     for name in sorted(keys - indexed):
         await connection.begin()
         try:
-            await execute(connection, INSERT_INDEXED_KEY, (name,))
-            # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
-            rows: list[Any] = await fetch_all(connection, SESSIONS_WITH_KEY, ('$."' + name + '"',))
-            entries = metadata_entries(name, rows)
-            if entries:
-                async with connection.cursor() as cursor:
-                    await cursor.executemany(INSERT_KEY_ENTRY, entries)
+            added = await execute(connection, INSERT_INDEXED_KEY, (name,))
+            if added:
+                # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
+                path = '$."' + name + '"'
+                rows: list[Any] = await fetch_all(connection, SESSIONS_WITH_KEY, (path,))
+                entries = metadata_entries(name, rows)
+                if entries:
+                    async with connection.cursor() as cursor:
+                        await cursor.executemany(INSERT_KEY_ENTRY, entries)
             await connection.commit()
         except BaseException:
-            await connection.rollback()
+            if connection.connected:
+                await connection.rollback()
             raise
+    return frozenset(indexed | keys)
+
+
+async def remove_indexed_key(connection: Connection, key: str) -> bool:
+    """Stop indexing ``key`` and delete its entries (in the caller's transaction)."""
+    if not await execute(connection, DELETE_INDEXED_KEY, (key,)):
+        return False
+    await execute(connection, DELETE_KEY_ENTRIES, (key,))
+    return True

@@ -181,7 +181,12 @@ STOPWORDS_OFF: Final = "SET SESSION innodb_ft_enable_stopword = 0"
 SERVER_VERSION: Final = "SELECT VERSION(), @@max_allowed_packet"
 
 SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
-INSERT_INDEXED_KEY: Final = "INSERT INTO indexed_metadata_keys (name) VALUES (%s)"
+# A key another store added meanwhile is left as it is: "changes" nothing, counts 0.
+INSERT_INDEXED_KEY: Final = (
+    "INSERT INTO indexed_metadata_keys (name) VALUES (%s) ON DUPLICATE KEY UPDATE name = name"
+)
+DELETE_INDEXED_KEY: Final = "DELETE FROM indexed_metadata_keys WHERE name = %s"
+DELETE_KEY_ENTRIES: Final = "DELETE FROM session_metadata WHERE name = %s"
 SESSIONS_WITH_KEY: Final = (
     "SELECT id, metadata FROM sessions WHERE JSON_CONTAINS_PATH(metadata, 'one', %s)"
 )

@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from convostore._vectors import best, from_blobs, scores
+from convostore.backends.interface import SearchScope, TextQuery, VectorQuery
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import Connection
 from convostore.backends.mysql.operations import execute, fetch_all, fetch_one, json_list
 from convostore.backends.mysql.rows import event_from_row, fulltext_query, vector_blob
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
 from convostore.prepare import new_stamp
 
@@ -92,9 +93,17 @@ _EVENTS_BY_ROW: Final = (
 )
 
 
-def _scoped(base: str, owner_id: str | None, session_id: str | None, roles: Any) -> str:
-    chosen = (owner_id is not None, session_id is not None, roles is not None)
+def _scoped(base: str, scope: SearchScope) -> str:
+    chosen = (scope.owner_id is not None, scope.session_id is not None, scope.roles is not None)
     return base + "".join(fragment for fragment, on in zip(_SCOPE, chosen, strict=True) if on)
+
+
+def _scope_parameters(scope: SearchScope) -> dict[str, Any]:
+    return {
+        "owner_id": scope.owner_id,
+        "session_id": scope.session_id,
+        "roles": _roles_json(scope.roles),
+    }
 
 
 def _roles_json(roles: Sequence[Role] | None) -> str | None:
@@ -150,50 +159,27 @@ async def set_embeddings(
         )
 
 
-async def vector_search(
-    connection: Connection,
-    vector: tuple[float, ...],
-    metric: Metric,
-    model: str | None,
-    k: int,
-    scope: tuple[str | None, str | None, tuple[Role, ...] | None],
-) -> list[SearchHit]:
-    owner_id, session_id, roles = scope
-    base = _VECTOR_CANDIDATES + ("" if model is None else _BY_MODEL)
-    statement = _scoped(base, owner_id, session_id, roles) + " ORDER BY e.row_id"
+async def vector_search(connection: Connection, query: VectorQuery) -> list[SearchHit]:
+    scope = query.scope
+    base = _VECTOR_CANDIDATES + ("" if query.model is None else _BY_MODEL)
+    statement = _scoped(base, scope) + " ORDER BY e.row_id"
     parameters = {
-        "width": 4 * len(vector),
-        "model": model,
-        "owner_id": owner_id,
-        "session_id": session_id,
-        "roles": _roles_json(roles),
+        "width": 4 * len(query.vector),
+        "model": query.model,
+        **_scope_parameters(scope),
     }
     rows = await fetch_all(connection, statement, parameters)
-    matrix = from_blobs([row[1] for row in rows], len(vector))
-    ranked = best(scores(vector, matrix, metric), k)
+    matrix = from_blobs([row[1] for row in rows], len(query.vector))
+    ranked = best(scores(query.vector, matrix, query.metric), query.k)
     return await _hits(connection, [(rows[index][0], score) for index, score in ranked])
 
 
-async def text_search(
-    connection: Connection,
-    terms: tuple[str, ...],
-    k: int,
-    scope: tuple[str | None, str | None, tuple[Role, ...] | None],
-) -> list[SearchHit]:
-    query = fulltext_query(terms)
-    if query is None:
+async def text_search(connection: Connection, query: TextQuery) -> list[SearchHit]:
+    fulltext = fulltext_query(query.terms)
+    if fulltext is None:
         return []
-    owner_id, session_id, roles = scope
-    statement = _scoped(_TEXT_MATCHES, owner_id, session_id, roles) + (
-        " ORDER BY score DESC, e.id LIMIT %(k)s"
-    )
-    parameters = {
-        "query": query,
-        "owner_id": owner_id,
-        "session_id": session_id,
-        "roles": _roles_json(roles),
-        "k": k,
-    }
+    statement = _scoped(_TEXT_MATCHES, query.scope) + " ORDER BY score DESC, e.id LIMIT %(k)s"
+    parameters = {"query": fulltext, "k": query.k, **_scope_parameters(query.scope)}
     rows = await fetch_all(connection, statement, parameters)
     return await _hits(connection, [(row[0], float(row[1])) for row in rows])
 

@@ -1,18 +1,25 @@
-"""`MySQLStore`: the `Store` primitives, each one function on one pooled connection."""
+"""`MySQLBackend`: the `Backend` primitives, each one function on one pooled connection."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from asyncmy import errors
 from asyncmy.pool import Pool
 
 from convostore._time import to_micros
+from convostore.backends.interface import (
+    Backend,
+    Capabilities,
+    SessionPage,
+    TextQuery,
+    VectorQuery,
+)
 from convostore.backends.mysql import search
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
@@ -23,7 +30,7 @@ from convostore.backends.mysql.connection import (
     open_pool,
     translate_error,
 )
-from convostore.backends.mysql.migrate import prepare_database
+from convostore.backends.mysql.migrate import add_indexed_keys, prepare_database, remove_indexed_key
 from convostore.backends.mysql.operations import (
     check_size,
     execute,
@@ -46,8 +53,7 @@ from convostore.backends.mysql.rows import (
 )
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH, ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
-from convostore.cursors import Keyset
-from convostore.embedding import Embedder, Metric, PendingEmbedding, VectorIndexSpec
+from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.model import (
@@ -56,14 +62,12 @@ from convostore.model import (
     SearchHit,
     Session,
     SessionFilter,
-    SessionOrder,
     SessionSummary,
     User,
 )
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
-from convostore.store import Capabilities, Store
 
-__all__ = ["MySQLStore"]
+__all__ = ["MySQLBackend"]
 
 log = logging.getLogger("convostore.mysql")
 
@@ -72,57 +76,38 @@ T = TypeVar("T")
 _DRIVER_ERRORS = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
 
 
-class MySQLStore(Store):
-    """A store on a MySQL 8 or MariaDB (10.6 or newer) database.
+class MySQLBackend(Backend):
+    """One MySQL 8 or MariaDB (10.6 or newer) database.
 
     Each primitive takes one connection from asyncmy's pool and runs as one statement
     or one transaction (see `convostore.backends.mysql.connection`). Open it with
     `open`, which creates the database if absent and migrates its schema.
     """
 
-    def __init__(
-        self,
-        target: MySQLTarget,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-    ) -> None:
-        super().__init__(indexed_metadata=indexed_metadata, embedder=embedder)
+    def __init__(self, target: MySQLTarget) -> None:
         self.target = target
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
+        # Text search runs on a FULLTEXT index; vectors are scanned (see `search`).
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
         self._pool: Pool | None = None
         self._where = target.where
 
     @classmethod
-    async def open(
-        cls,
-        url: str,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-        **options: Any,
-    ) -> MySQLStore:
+    async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the database ``url`` names (see `parse_mysql_url`), create it if
-        absent, migrate it to this version's schema and ``indexed_metadata``, then open
-        the pool."""
+        absent and migrate it to this version's schema, then open the pool."""
         if options:
             raise InvalidArgumentError(f"unknown MySQL store options: {sorted(options)}")
-        store = cls(parse_mysql_url(url), indexed_metadata=indexed_metadata, embedder=embedder)
-        target = store.target
+        backend = cls(parse_mysql_url(url))
+        target = backend.target
         try:
-            store.facts = await prepare_database(target, store.indexed_metadata)
-            store._pool = await open_pool(target, store.facts)
+            backend.facts = await prepare_database(target)
+            backend._pool = await open_pool(target, backend.facts)
         except _DRIVER_ERRORS as error:
             raise translate_error(error, target.where) from error
-        try:
-            await store._after_connect()
-        except BaseException:
-            await store._close()
-            raise
-        return store
+        return backend
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
@@ -183,101 +168,93 @@ class MySQLStore(Store):
 
     # ---------------------------------------------------------------- users
 
-    async def _put_user(self, user: User) -> None:
+    async def put_user(self, user: User) -> None:
         values = user_values(user)
         check_size(values, self.facts.max_packet, "the user")
         await self._run(execute, sql.UPSERT_USER, values)
 
-    async def _get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> User | None:
         row = await self._run(fetch_one, sql.SELECT_USER, (user_id,))
         return None if row is None else user_from_row(row)
 
     # ---------------------------------------------------------------- sessions
 
-    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         return await self._write(write_insert_session, new, if_absent, self.facts.max_packet)
 
-    async def _find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: NewSession) -> Session:
         return await self._write(write_find_or_insert_part, new, self.facts.max_packet)
 
-    async def _get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> Session | None:
         row = await self._run(fetch_one, sql.SELECT_SESSION, (session_id,))
         return None if row is None else session_from_row(row)
 
-    async def _update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: SessionChanges) -> Session:
         return await self._write(write_update_session, changes, self.facts.max_packet)
 
-    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         check_size((title,), self.facts.max_packet, "the title")
         return await self._write(write_set_title, session_id, title, stamp)
 
-    async def _delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str) -> bool:
         return await self._run(execute, sql.DELETE_SESSION, (session_id,)) > 0
 
-    async def _list_sessions(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[Session]:
-        statement, parameters = _listing(False, owner_id, order, after, limit, filter)
+    async def list_sessions(self, page: SessionPage) -> list[Session]:
+        statement, parameters = _listing(False, page)
         rows = await self._run(fetch_all, statement, parameters)
         return [session_from_row(row) for row in rows]
 
-    async def _list_summaries(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[SessionSummary]:
-        statement, parameters = _listing(True, owner_id, order, after, limit, filter)
+    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+        statement, parameters = _listing(True, page)
         rows = await self._run(fetch_all, statement, parameters)
         return [summary_from_row(row) for row in rows]
 
-    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         statement = sql.count_sql(filter.include_parts, filter.kind is not None)
         row = await self._run(fetch_one, statement, {"owner_id": owner_id, "kind": filter.kind})
         return int(row[0])
 
-    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> Session | None:
         row = await self._run(fetch_one, sql.FIND_PART, (part_of, held_with))
         return None if row is None else session_from_row(row)
 
-    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
         rows = await self._run(fetch_all, sql.LIST_PARTS, (part_of,))
         return [summary_from_row(row) for row in rows]
 
-    async def _participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[User]:
         rows = await self._run(fetch_all, sql.PARTICIPANTS, (session_id,))
         return [user for row in rows if (user := user_from_row(row)) is not None]
 
-    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
         parameters = (name, value[:VALUE_PREFIX_LENGTH], value)
         rows = await self._run(fetch_all, sql.SESSIONS_BY_METADATA, parameters)
         return [session_from_row(row) for row in rows]
 
-    async def _delete_expired(self, before: datetime) -> int:
+    async def delete_expired(self, before: datetime) -> int:
         return await self._write(write_delete_expired, to_micros(before))
 
     # ---------------------------------------------------------------- the log
 
-    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await self._run(add_indexed_keys, keys)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await self._write(remove_indexed_key, key)
+
+    async def append(self, append: PreparedAppend) -> AppendOutcome:
         return await self._write(write_append, append, self.facts.max_packet)
 
-    async def _version(self, session_id: str) -> int:
+    async def version(self, session_id: str) -> int:
         row = await self._run(fetch_one, sql.SESSION_VERSION, (session_id,))
         return 0 if row is None else int(row[0])
 
-    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         if needs_snapshot(event_filter):
             return await self._snapshot(read_events, session_id, event_filter)
         return await self._run(read_events, session_id, event_filter)
 
-    async def _set_narration(
+    async def set_narration(
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         parameters = (text, stamp, message_id, session_id)
@@ -286,66 +263,43 @@ class MySQLStore(Store):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
         return await self._run(search.vector_index_spec)
 
-    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         await self._run(search.declare_vector_index, spec, replace)
 
-    async def _pending_embeddings(
+    async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
         return await self._run(search.pending, model, roles, after, limit)
 
-    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
         return await self._run(search.count_pending, model, roles)
 
-    async def _set_embeddings(
+    async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         await self._write(search.set_embeddings, model, vectors)
 
-    async def _vector_search(
-        self,
-        vector: tuple[float, ...],
-        metric: Metric,
-        model: str | None,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
-        scope = (owner_id, session_id, roles)
-        return await self._snapshot(search.vector_search, vector, metric, model, k, scope)
+    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        return await self._snapshot(search.vector_search, query)
 
-    async def _text_search(
-        self,
-        terms: tuple[str, ...],
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
-        scope = (owner_id, session_id, roles)
-        return await self._snapshot(search.text_search, terms, k, scope)
+    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+        return await self._snapshot(search.text_search, query)
 
 
-def _listing(
-    summaries: bool,
-    owner_id: str,
-    order: SessionOrder,
-    after: Keyset | None,
-    limit: int,
-    filter: SessionFilter,
-) -> tuple[str, dict[str, Any]]:
+def _listing(summaries: bool, page: SessionPage) -> tuple[str, dict[str, Any]]:
+    filter = page.filter
+    after = page.after
     statement = sql.listing_sql(
-        summaries, order, filter.include_parts, filter.kind is not None, after is not None
+        summaries, page.order, filter.include_parts, filter.kind is not None, after is not None
     )
     parameters = {
-        "owner_id": owner_id,
+        "owner_id": page.owner_id,
         "kind": filter.kind,
         "after_id": None if after is None else after.session_id,
         "after_at": None if after is None else after.last_activity_us,
-        "limit": limit,
+        "limit": page.limit,
     }
     return statement, parameters
