@@ -86,7 +86,7 @@ class CypherStore(Store):
     ) -> None:
         super().__init__(indexed_metadata=indexed_metadata, embedder=embedder)
         self.dialect = dialect
-        self.queries = q.CypherQueries(dialect)
+        self.queries = _queries(dialect)
         # The vector index the database holds (None: none), as `_declare_vector_index`
         # last saw it.
         self.native_index: VectorIndexSpec | None = None
@@ -379,6 +379,15 @@ class CypherStore(Store):
 
 
 # ---------------------------------------------------------------------------- helpers
+
+_QUERIES: dict[str, q.CypherQueries] = {}
+
+
+def _queries(dialect: CypherDialect) -> q.CypherQueries:
+    """One set of queries per dialect for the process (its composed queries are cached)."""
+    if dialect.name not in _QUERIES:
+        _QUERIES[dialect.name] = q.CypherQueries(dialect)
+    return _QUERIES[dialect.name]
 
 
 def _refuse_session(
