@@ -54,10 +54,10 @@ def percentile(values: Sequence[float], fraction: float) -> float:
 
 
 async def open_store(url: str, **options: Any) -> Any:
-    from convostore.backends.falkordb import FalkorDBStore
+    from convostore.backends.falkordb import FalkorDBBackend
 
     store = await convostore.connect(url, **options)
-    assert isinstance(store, FalkorDBStore)
+    assert isinstance(store.backend, FalkorDBBackend)
     return store
 
 
@@ -98,7 +98,7 @@ async def appends(base: str, messages: int) -> None:
     try:
         mine, raw = await store.create_session(AUTHOR), await store.create_session(AUTHOR)
         write = MessageWrite(Role.USER, CONTENT, author=AUTHOR.id)
-        graph, query = store.graph, store.queries.append
+        graph, query = store.backend.graph, store.backend.queries.append
         store_times: list[float] = []
         raw_times: list[float] = []
         for _ in range(messages):
@@ -136,7 +136,7 @@ async def window(base: str, reads: int) -> None:
     assert len(await store.read(session.id, EventFilter(last=20))) >= 20
 
     async def raw_read() -> None:
-        assert (await store.graph.ro_query(query, parameters)).result_set
+        assert (await store.backend.graph.ro_query(query, parameters)).result_set
 
     store_times: list[float] = []
     raw_times: list[float] = []
@@ -245,7 +245,7 @@ async def vector_search(base: str, count: int, queries: int) -> None:
                 for row in range(batch, min(batch + LOAD_BATCH, first + MESSAGES_PER_SESSION))
             ]
             parameters = {"session_id": session.id, "rows": batch_rows, "now": now}
-            await store.graph.query(LOAD, {**parameters, "model": MODEL, "width": WIDTH})
+            await store.backend.graph.query(LOAD, {**parameters, "model": MODEL, "width": WIDTH})
         row_owner += [owner.id] * MESSAGES_PER_SESSION
     print(f"   loaded {count:,} x {WIDTH} vectors (indexed as written) in "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip
