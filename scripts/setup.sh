@@ -14,4 +14,4 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers,bench]'
