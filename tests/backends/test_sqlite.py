@@ -324,13 +324,16 @@ async def test_every_operation_is_one_thread_hop(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hops: list[str] = []
-    original_run = ConnectionWorker.run
+    original_submit = ConnectionWorker._submit
 
-    async def counting_run(worker: ConnectionWorker, fn: Any, *args: Any) -> Any:
+    async def counting_submit(
+        worker: ConnectionWorker, fn: Any, args: tuple[Any, ...], write: bool
+    ) -> Any:
         hops.append(getattr(fn, "__name__", repr(fn)))
-        return await original_run(worker, fn, *args)
+        return await original_submit(worker, fn, args, write)
 
-    monkeypatch.setattr(ConnectionWorker, "run", counting_run)
+    # Reads (`run`) and writes (`transact`) both go through `_submit`.
+    monkeypatch.setattr(ConnectionWorker, "_submit", counting_submit)
 
     async def hops_of(call: Awaitable[Any]) -> int:
         hops.clear()

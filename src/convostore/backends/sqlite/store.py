@@ -12,7 +12,6 @@ from convostore._time import to_micros
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import (
     in_read_snapshot,
-    in_write_transaction,
     open_connection,
 )
 from convostore.backends.sqlite.operations import (
@@ -150,8 +149,9 @@ class SQLiteStore(Store):
         self._vector_cache.clear()
 
     async def _write(self, fn: Callable[[Any, *Ts], T], *args: *Ts) -> T:
-        """``fn`` on the writer thread, in one BEGIN IMMEDIATE transaction."""
-        return await self._writer.run(in_write_transaction, fn, args)
+        """``fn`` on the writer thread as one transaction, answered once durable; writes
+        queued at the same time share the transaction and its fsync (group commit)."""
+        return await self._writer.transact(fn, *args)
 
     # ---------------------------------------------------------------- users
 
