@@ -242,7 +242,7 @@ class SQLiteStore(Store):
         return 0 if row is None else int(row[0])
 
     async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
-        if event_filter.last is None and not event_filter.active_view:
+        if not event_filter.active_view:
             # A single statement sees one snapshot without a transaction around it.
             return await self._readers.run(read_events, session_id, event_filter)
         return await self._readers.run(in_read_snapshot, read_events, (session_id, event_filter))
