@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import sqlite3
 import statistics
 import sys
@@ -66,79 +65,139 @@ class Figures:
     notes: list[str] = field(default_factory=list)
 
 
-async def _median_ms(call: Callable[[], Awaitable[object]], repeat: int) -> float:
-    await call()  # warm-up: statements prepared, caches filled
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        await call()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
-
-
-async def _appends(peer: Peer, sessions: int, messages: int) -> float:
-    """Messages per second, one awaited call after another, round-robin."""
-    keys = [await peer.create_session("ada") for _ in range(sessions)]
-    for key in keys:
-        await peer.append(key, 0)  # each session's first write outside the clock
+async def _timed(call: Callable[[], Awaitable[object]]) -> float:
     started = time.perf_counter()
-    for n in range(1, messages):
-        for key in keys:
-            await peer.append(key, n)
-    return sessions * (messages - 1) / (time.perf_counter() - started)
+    await call()
+    return time.perf_counter() - started
 
 
-async def _concurrent_appends(peer: Peer, sessions: int, messages: int) -> float:
-    """Messages per second with every conversation appending at once."""
-    keys = [await peer.create_session("bob") for _ in range(sessions)]
-    for key in keys:
-        await peer.append(key, 0)
+class Run:
+    """Every store open at once, each workload run in rounds that take the stores in
+    turn: on a shared machine, whatever else it does then weighs on all of them alike."""
 
-    async def converse(key: str) -> None:
-        for n in range(1, messages):
-            await peer.append(key, n)
+    def __init__(self, peers: list[Peer], args: Args) -> None:
+        self.peers = peers
+        self.args = args
+        self.rounds = 2 if args.quick else 5
+        self.figures = {peer.name: Figures(peer.name, peer.durability) for peer in peers}
+        self.failed: set[str] = set()
 
-    started = time.perf_counter()
-    await asyncio.gather(*(converse(key) for key in keys))
-    return sessions * (messages - 1) / (time.perf_counter() - started)
+    async def __call__(self, directory: Path) -> list[Figures]:
+        for number, peer in enumerate(self.peers):
+            (directory / str(number)).mkdir()
+            await peer.open(directory / str(number))
+        try:
+            await self.appends()
+            await self.concurrent_appends()
+            await self.windows()
+            await self.listings()
+        finally:
+            for peer in self.peers:
+                await peer.close()
+        return list(self.figures.values())
 
+    def _steps(self) -> list[range]:
+        """The messages 1..M-1 split into one step per round."""
+        messages, rounds = self.args.messages, self.rounds
+        bounds = [1 + (messages - 1) * r // rounds for r in range(rounds + 1)]
+        return [range(bounds[r], bounds[r + 1]) for r in range(rounds)]
 
-async def _log(peer: Peer, events: int) -> str:
-    key = await peer.create_session("cy")
-    await peer.fill(key, events)
-    return key
+    async def appends(self) -> None:
+        """One awaited call after another, round-robin over the sessions."""
+        keys = {}
+        for peer in self.peers:
+            keys[peer.name] = [await peer.create_session("ada") for _ in range(self.args.sessions)]
+            for key in keys[peer.name]:
+                await peer.append(key, 0)  # each session's first write outside the clock
+        spent = dict.fromkeys(keys, 0.0)
+        for step in self._steps():
+            for peer in self.peers:
 
+                async def run(peer: Peer = peer, step: range = step) -> None:
+                    for n in step:
+                        for key in keys[peer.name]:
+                            await peer.append(key, n)
 
-async def measure(peer: Peer, directory: Path, args: Args) -> Figures:
-    figures = Figures(peer.name, peer.durability)
-    await peer.open(directory)
-    try:
-        figures.append_rate = await _appends(peer, args.sessions, args.messages)
-        if peer.concurrent:
-            try:
-                figures.concurrent_rate = await _concurrent_appends(
-                    peer, args.sessions, args.messages
-                )
-            except Exception as error:  # a peer's own failure under load is a finding
-                figures.notes.append(f"{args.sessions} at once failed: {_first_line(error)}")
-        long_log = LONG_LOG // 10 if args.quick else LONG_LOG
-        long_key = await _log(peer, long_log)
-        short_key = await _log(peer, SHORT_LOG)
-        figures.long_window_ms = await _median_ms(lambda: peer.last(long_key, WINDOW), WINDOW_READS)
-        figures.short_window_ms = await _median_ms(
-            lambda: peer.last(short_key, WINDOW), WINDOW_READS
-        )
-        if peer.lists:
-            listed = LISTED_SESSIONS // 10 if args.quick else LISTED_SESSIONS
+                spent[peer.name] += await _timed(run)
+        for peer in self.peers:
+            written = self.args.sessions * (self.args.messages - 1)
+            self.figures[peer.name].append_rate = written / spent[peer.name]
+
+    async def concurrent_appends(self) -> None:
+        """Every conversation appending at once."""
+        peers = [peer for peer in self.peers if peer.concurrent]
+        keys = {}
+        for peer in peers:
+            keys[peer.name] = [await peer.create_session("bob") for _ in range(self.args.sessions)]
+            for key in keys[peer.name]:
+                await peer.append(key, 0)
+        spent = dict.fromkeys(keys, 0.0)
+        for step in self._steps():
+            for peer in peers:
+                if peer.name in self.failed:
+                    continue
+
+                async def converse(key: str, peer: Peer = peer, step: range = step) -> None:
+                    for n in step:
+                        await peer.append(key, n)
+
+                async def run(peer: Peer = peer) -> None:
+                    await asyncio.gather(*(converse(key) for key in keys[peer.name]))
+
+                try:
+                    spent[peer.name] += await _timed(run)
+                except Exception as error:  # a peer's own failure under load is a finding
+                    self.failed.add(peer.name)
+                    self.figures[peer.name].notes.append(
+                        f"{self.args.sessions} at once failed: {_first_line(error)}"
+                    )
+        for peer in peers:
+            if peer.name not in self.failed:
+                written = self.args.sessions * (self.args.messages - 1)
+                self.figures[peer.name].concurrent_rate = written / spent[peer.name]
+
+    async def windows(self) -> None:
+        long_log = LONG_LOG // 10 if self.args.quick else LONG_LOG
+        logs = {}
+        for peer in self.peers:
+            long_key = await peer.create_session("cy")
+            await peer.fill(long_key, long_log)
+            short_key = await peer.create_session("cy")
+            await peer.fill(short_key, SHORT_LOG)
+            logs[peer.name] = (long_key, short_key)
+            await peer.last(long_key, WINDOW)  # warm-up: statements prepared, caches filled
+            await peer.last(short_key, WINDOW)
+        times: dict[tuple[str, int], list[float]] = {}
+        for _ in range(self.rounds):
+            for peer in self.peers:
+                for which, key in enumerate(logs[peer.name]):
+                    for _ in range(WINDOW_READS // self.rounds):
+                        started = time.perf_counter()
+                        await peer.last(key, WINDOW)
+                        seconds = time.perf_counter() - started
+                        times.setdefault((peer.name, which), []).append(seconds)
+        for peer in self.peers:
+            figures = self.figures[peer.name]
+            figures.long_window_ms = statistics.median(times[peer.name, 0]) * 1000
+            figures.short_window_ms = statistics.median(times[peer.name, 1]) * 1000
+
+    async def listings(self) -> None:
+        peers = [peer for peer in self.peers if peer.lists]
+        listed = LISTED_SESSIONS // 10 if self.args.quick else LISTED_SESSIONS
+        for peer in peers:
             for _ in range(listed):
                 await peer.create_session("dee")
             count = await peer.list_all("dee")
             assert count == listed, f"{peer.name} listed {count} of {listed} sessions"
-            figures.list_ms = await _median_ms(lambda: peer.list_all("dee"), 5)
-            figures.notes.extend(await peer.list_notes("dee"))
-    finally:
-        await peer.close()
-    return figures
+        times: dict[str, list[float]] = {}
+        for _ in range(self.rounds):
+            for peer in peers:
+                started = time.perf_counter()
+                await peer.list_all("dee")
+                times.setdefault(peer.name, []).append(time.perf_counter() - started)
+        for peer in peers:
+            self.figures[peer.name].list_ms = statistics.median(times[peer.name]) * 1000
+            self.figures[peer.name].notes.extend(await peer.list_notes("dee"))
 
 
 def _first_line(error: BaseException) -> str:
@@ -209,15 +268,12 @@ def main() -> None:
         f"convostore and its peers, {time.strftime('%Y-%m-%d %H:%M')}, Python "
         f"{sys.version.split()[0]}, SQLite {_sqlite_version()}"
     )
-    rows: list[Figures] = []
-    for make in PEERS:
-        peer = make()
-        if args.only and not any(word.lower() in peer.name.lower() for word in args.only):
-            continue
-        print(f"  measuring {peer.name} ...", flush=True)
-        with tempfile.TemporaryDirectory() as directory:
-            rows.append(asyncio.run(measure(peer, Path(directory), args)))
-        gc.collect()
+    peers = [make() for make in PEERS]
+    if args.only:
+        peers = [p for p in peers if any(word.lower() in p.name.lower() for word in args.only)]
+    print("  " + ", ".join(peer.name for peer in peers), flush=True)
+    with tempfile.TemporaryDirectory() as directory:
+        rows = asyncio.run(Run(peers, args)(Path(directory)))
     print_table(rows, args)
 
 
