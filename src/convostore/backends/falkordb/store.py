@@ -1,0 +1,190 @@
+"""`FalkorDBBackend`: the Cypher backend on FalkorDB, through the ``falkordb`` client's
+asyncio API and a pool of connections; where the driver's errors end."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Self
+
+import redis.asyncio as aioredis
+from falkordb.asyncio import FalkorDB
+from falkordb.asyncio.graph import AsyncGraph
+from falkordb.exceptions import SchemaVersionMismatchException
+from redis import exceptions as redis_errors
+
+from convostore.backends.cypher.dialect import FALKORDB
+from convostore.backends.cypher.store import CypherBackend, Rows
+from convostore.backends.falkordb import schema
+from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
+from convostore.backends.interface import Capabilities
+from convostore.embedding import VectorIndexSpec
+from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
+
+__all__ = ["FalkorDBBackend", "translate_error"]
+
+log = logging.getLogger("convostore.falkordb")
+
+DriverError = (redis_errors.RedisError, SchemaVersionMismatchException)
+# What a server says when an index being created exists already (another store made it).
+_ALREADY_INDEXED = ("already indexed", "already exists")
+_DURABLE = {"appendonly": "yes", "appendfsync": "always"}
+
+
+class FalkorDBBackend(CypherBackend):
+    """One graph of a FalkorDB server. `open` migrates the graph's schema.
+
+    Each primitive is one Cypher query on a connection of the pool: FalkorDB runs the
+    writes to a graph one at a time, each atomically, so a query's checks and writes
+    see no other writer in between.
+    """
+
+    capabilities = Capabilities(
+        persistent=True, native_vector_index=True, full_text_index=True, cross_process=True
+    )
+
+    def __init__(self, target: FalkorDBTarget) -> None:
+        super().__init__(FALKORDB)
+        self.target = target
+        self._where = target.where
+        self._pool: aioredis.BlockingConnectionPool | None = None
+        self._graph: AsyncGraph | None = None
+
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        """Connect to the graph ``url`` names (see `parse_falkordb_url`) and migrate its
+        schema."""
+        if options:
+            raise InvalidArgumentError(f"unknown FalkorDB store options: {sorted(options)}")
+        backend = cls(parse_falkordb_url(url))
+        try:
+            await backend._connect()
+            facts = await schema.prepare_graph(
+                backend._schema_query, backend._ddl, backend.queries, backend._where
+            )
+            if facts.vector_index_built:
+                backend.native_index = facts.vector_index
+        except BaseException:
+            await backend.close()
+            raise
+        return backend
+
+    async def _connect(self) -> None:
+        target = self.target
+        connection_class = aioredis.SSLConnection if target.tls else aioredis.Connection
+        tls: dict[str, Any] = dict(target.ssl)
+        self._pool = aioredis.BlockingConnectionPool(
+            host=target.host,
+            port=target.port,
+            username=target.username,
+            password=target.password,
+            max_connections=target.pool_max_size,
+            timeout=target.pool_timeout,
+            socket_connect_timeout=target.connect_timeout,
+            socket_timeout=target.socket_timeout,
+            decode_responses=True,
+            protocol=2,
+            client_name="convostore",
+            connection_class=connection_class,
+            **tls,
+        )
+        try:
+            # The client probes the server (cluster or not) synchronously: off the loop.
+            client = await asyncio.to_thread(FalkorDB, connection_pool=self._pool)
+            settings = await _durability(client)
+        except DriverError as error:
+            raise translate_error(error, self._where) from error
+        self._graph = client.select_graph(target.graph)
+        if settings and any(settings.get(k) != v for k, v in _DURABLE.items()):
+            log.warning(
+                "%s: the server is not fully durable (appendonly=%s, appendfsync=%s): "
+                "appends it acknowledged may be lost in a crash",
+                self._where,
+                settings.get("appendonly"),
+                settings.get("appendfsync"),
+            )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        self._graph = None
+        if pool is not None:
+            await pool.aclose()
+
+    @property
+    def graph(self) -> AsyncGraph:
+        """The client's graph object (for the store's own tests and benchmarks)."""
+        if self._graph is None:
+            raise BackendUnavailableError(f"{self._where}: the store is not open")
+        return self._graph
+
+    # ---------------------------------------------------------------- running queries
+
+    async def _run(self, query: str, parameters: dict[str, Any], *, write: bool) -> Rows:
+        graph = self.graph
+        try:
+            if write:
+                result = await graph.query(query, parameters)
+            else:
+                result = await graph.ro_query(query, parameters)
+        except DriverError as error:
+            raise translate_error(error, self._where) from error
+        rows: Rows = result.result_set
+        return rows
+
+    async def _schema_query(self, query: str, parameters: dict[str, Any]) -> Rows:
+        """A query of the schema's (which may write): `schema.Run`."""
+        return await self._run(query, parameters, write=True)
+
+    async def _ddl(self, query: str) -> None:
+        graph = self.graph
+        try:
+            await graph.query(query)
+        except redis_errors.ResponseError as error:
+            if not any(text in str(error) for text in _ALREADY_INDEXED):
+                raise translate_error(error, self._where) from error
+        except DriverError as error:
+            raise translate_error(error, self._where) from error
+
+    # ---------------------------------------------------------------- the vector index
+
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await schema.add_indexed_keys(self._schema_query, keys)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await schema.remove_indexed_key(self._schema_query, key)
+
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
+        return await schema.read_vector_index(self._schema_query)
+
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        self.native_index = await schema.declare_vector_index(
+            self._schema_query, self._ddl, self.queries, spec, replace=replace
+        )
+
+
+async def _durability(client: FalkorDB) -> dict[str, str]:
+    """The server's persistence settings; {} where CONFIG is not allowed (managed
+    services often rename or forbid it)."""
+    try:
+        reply = await client.connection.config_get("append*")
+    except redis_errors.ResponseError:
+        return {}
+    return {str(k): str(v) for k, v in dict(reply).items()}
+
+
+def translate_error(error: BaseException, where: str) -> StoreError:
+    """The convostore error to raise (``from error``) for a driver error:
+    `BackendUnavailableError` when the server cannot be used (lost connection, refused
+    login, no free connection, still loading its files), else `StoreError`."""
+    detail = f"{where}: {error}"
+    if isinstance(
+        error,
+        redis_errors.ConnectionError
+        | redis_errors.TimeoutError
+        | redis_errors.AuthenticationError
+        | redis_errors.BusyLoadingError,
+    ):
+        return BackendUnavailableError(detail)
+    if isinstance(error, redis_errors.ResponseError) and "NOAUTH" in str(error):
+        return BackendUnavailableError(detail)
+    return StoreError(detail)
