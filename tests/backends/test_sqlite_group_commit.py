@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import convostore
-from convostore import Event, EventFilter, MessageWrite, Role, StoreError, User
-from convostore.backends.sqlite import SQLiteStore
+from convostore import Event, EventFilter, MessageWrite, Role, Store, StoreError, User
+from convostore.backends.sqlite import SQLiteBackend
 from convostore.backends.sqlite import worker as worker_module
 from convostore.backends.sqlite.connection import (
     Outcome,
@@ -36,14 +36,14 @@ ADA = User("ada", "Ada")
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = await SQLiteStore.open(f"sqlite:///{tmp_path / 'store.db'}")
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    opened = await convostore.connect(f"sqlite:///{tmp_path / 'store.db'}")
     yield opened
     await opened.close()
 
 
 async def queued_behind_a_held_writer(
-    store: SQLiteStore, calls: list[Any], monkeypatch: pytest.MonkeyPatch
+    store: Store, calls: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[Any], list[int]]:
     """Run ``calls`` (coroutines of writes) while the writer thread is held, so they are
     all queued when it is let go; answer their results and the size of each group."""
@@ -56,7 +56,9 @@ async def queued_behind_a_held_writer(
 
     monkeypatch.setattr(worker_module, "in_group_transaction", recording)
     let_go = threading.Event()
-    held = asyncio.ensure_future(store._writer.run(lambda _: let_go.wait()))
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    held = asyncio.ensure_future(backend._writer.run(lambda _: let_go.wait()))
     submitted = 0
     all_queued = asyncio.Event()
     original_submit = ConnectionWorker._submit
@@ -79,7 +81,7 @@ async def queued_behind_a_held_writer(
 
 
 async def test_writes_queued_together_commit_together(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store.put_user(ADA)
     sessions = [await store.create_session(ADA) for _ in range(5)]
@@ -97,7 +99,7 @@ async def test_writes_queued_together_commit_together(
 
 
 async def test_a_failing_write_fails_alone_in_its_group(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store.put_user(ADA)
     session = await store.create_session(ADA)
