@@ -31,7 +31,7 @@ from convostore.model import Message, Session, UserRef
 from convostore.store import Store
 
 if TYPE_CHECKING:
-    from convostore.sync import SyncProxy, SyncStore
+    from convostore.sync import SyncConversationFactory, SyncStore
 
 __all__ = ["BaseConversationFactory", "ConversationFactory", "InMemoryConversationFactory"]
 
@@ -229,8 +229,16 @@ class BaseConversationFactory(Generic[C]):
         """The events of one session from now on, as an async iterator (`EventStream`:
         bounded, the oldest dropped for a reader more than ``max_pending`` behind).
 
-            async with factory.events(session_id) as stream:
-                async for event in stream: ...
+        >>> import asyncio
+        >>> from convostore import InMemoryConversationFactory, User, UserMessage
+        >>> async def first_statuses() -> list[str]:
+        ...     async with InMemoryConversationFactory() as factory:
+        ...         chat = await factory.create(owner=User("ada", "Ada Lovelace"))
+        ...         async with factory.events(chat.session_id) as stream:
+        ...             chat.add(UserMessage("hello"))
+        ...             return [(await anext(stream)).status for _ in range(2)]
+        >>> asyncio.run(first_statuses())
+        [<MessageStatus.ADDED: 'added'>, <MessageStatus.PERSISTED: 'persisted'>]
         """
         self._check_open()
         id_of(session_id, "session_id")
@@ -371,13 +379,14 @@ class ConversationFactory(BaseConversationFactory[StoredConversation]):
         *,
         title_generator: TitleGenerator | None = None,
         title_every: int = 1,
-    ) -> SyncProxy:
+    ) -> SyncConversationFactory:
         """A factory on a `convostore.sync` store, with blocking methods; the
         conversations it returns are blocking too (`add` is a plain call either way).
         Listeners run on the facade's loop thread; `events` gives a plain iterator."""
+        from convostore.sync import SyncConversationFactory
+
         factory = cls(store.target, title_generator=title_generator, title_every=title_every)
-        wrapped: SyncProxy = store.wrap(factory)
-        return wrapped
+        return SyncConversationFactory(factory, store.loop_thread)
 
 
 class InMemoryConversationFactory(BaseConversationFactory[InMemoryConversation]):
