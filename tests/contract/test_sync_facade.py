@@ -154,6 +154,7 @@ def test_work_after_close_is_a_store_error_and_closing_twice_is_harmless(
         lambda: store.version(session.id),
         lambda: factory.load(session.id),
         chat.flush,
+        lambda: chat.add(UserMessage("late")),
     ):
         with pytest.raises(StoreError, match="closed"):
             call()

@@ -26,7 +26,7 @@ from convostore.conversation.messages import (
 )
 from convostore.conversation.queue import Entry, State, WriteQueue
 from convostore.conversation.titles import TitleGenerator, interim_title
-from convostore.errors import InvalidArgumentError
+from convostore.errors import InvalidArgumentError, StoreError
 from convostore.ids import new_id
 from convostore.model import (
     Asset,
@@ -281,7 +281,9 @@ class StoredConversation:
         if running_loop() is self._loop:
             return call()
         if not self._loop.is_running():
-            raise RuntimeError(f"the event loop of conversation {self.session_id} is not running")
+            raise StoreError(
+                f"conversation {self.session_id} is closed: its event loop is not running"
+            )
         result: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def run() -> None:
