@@ -97,8 +97,11 @@ class SyncProxy(Generic[Target]):
         """The thread whose event loop runs the wrapped object."""
         return self._loop_thread
 
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine (of the wrapped object, say) on this facade's loop and wait."""
         return self._loop_thread.run(coroutine)
+
+    _run = run
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} of {self._target!r}>"
