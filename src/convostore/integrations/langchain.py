@@ -1,7 +1,13 @@
-"""convostore as LangChain's chat message history (extra ``langchain``).
+"""convostore as LangChain's chat message history (extra ``langchain``), for
+``RunnableWithMessageHistory(chain, lambda sid: ConvostoreChatMessageHistory(sid, store))``.
 
-    history = ConvostoreChatMessageHistory("conversation-1", store)
-    RunnableWithMessageHistory(chain, lambda sid: ConvostoreChatMessageHistory(sid, store))
+>>> import convostore.sync
+>>> from langchain_core.messages import AIMessage, HumanMessage
+>>> with convostore.sync.connect("sqlite:///chat.db") as store:
+...     history = ConvostoreChatMessageHistory("conversation-1", store)
+...     history.add_messages([HumanMessage("Hi"), AIMessage("Hello!")])
+...     [message.content for message in history.messages]
+['Hi', 'Hello!']
 
 Human, AI (with their tool calls), tool and system messages are convostore messages and
 read back equal (each keeps LangChain's own form too). Other message types are events
