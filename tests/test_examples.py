@@ -76,9 +76,12 @@ def test_readme_snippets_run_in_order(
     assert namespace["view"], "the active view holds the conversation"
 
 
-def test_only_blocks_that_need_a_server_are_not_run() -> None:
-    reasons = [reason for _, _, reason in readme_blocks() if reason is not None]
-    assert reasons == ["it needs that server"]
+def test_only_blocks_that_need_a_server_or_a_model_are_not_run() -> None:
+    reasons = {reason for _, _, reason in readme_blocks() if reason is not None}
+    assert reasons <= {
+        "it needs that server",
+        "it needs your agent, chain or graph (the module's doctest runs the adapter)",
+    }
 
 
 @pytest.mark.parametrize("name", module_names())

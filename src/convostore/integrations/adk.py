@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,7 +77,14 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_framework("google-adk", "adk") from error
 
-__all__ = ["ConvostoreSessionService", "adk_event_to_write", "event_to_adk_event"]
+__all__ = [
+    "ConvostoreSessionService",
+    "adk_event_to_write",
+    "app_holder_id",
+    "event_to_adk_event",
+    "session_kind",
+    "user_holder_id",
+]
 
 KEY = "adk"
 EVENT_TYPE = framework_event_type("ADK", "EVENT")
@@ -107,13 +114,13 @@ class ConvostoreSessionService(BaseSessionService):
             stored = await self.store.create_session(
                 User(user_id, user_id),
                 session_id=session_id,
-                kind=_kind(app_name),
+                kind=session_kind(app_name),
                 metadata={KEY: {"app_name": app_name, "user_id": user_id, "state": deltas[2]}},
             )
         except SessionExistsError as error:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from error
-        app_state = await self._update_holder(_app_holder(app_name), deltas[0])
-        user_state = await self._update_holder(_user_holder(app_name, user_id), deltas[1])
+        app_state = await self.merge_holder_state(app_holder_id(app_name), deltas[0])
+        user_state = await self.merge_holder_state(user_holder_id(app_name, user_id), deltas[1])
         return self._session(stored, app_state, user_state, [], 0)
 
     async def get_session(
@@ -142,8 +149,8 @@ class ConvostoreSessionService(BaseSessionService):
             events = [adk for event in read if (adk := event_to_adk_event(event)) is not None]
             if recent is not None:
                 events = events[-recent:]
-        app_state = await self._holder_state(_app_holder(app_name))
-        user_state = await self._holder_state(_user_holder(app_name, user_id))
+        app_state = await self._holder_state(app_holder_id(app_name))
+        user_state = await self._holder_state(user_holder_id(app_name, user_id))
         return self._session(stored, app_state, user_state, events, version)
 
     async def list_sessions(
@@ -151,7 +158,7 @@ class ConvostoreSessionService(BaseSessionService):
     ) -> ListSessionsResponse:
         """The app's sessions (of one user, or of every user who has one), without
         events, oldest activity first as ADK orders them."""
-        app_holder = await self.store.get_session(_app_holder(app_name))
+        app_holder = await self.store.get_session(app_holder_id(app_name))
         if user_id is not None:
             users = [user_id]
         else:
@@ -159,7 +166,7 @@ class ConvostoreSessionService(BaseSessionService):
         app_state = dict(_holder(app_holder).get("state", {})) if app_holder else {}
         found: list[Session] = []
         for user in users:
-            user_state = await self._holder_state(_user_holder(app_name, user))
+            user_state = await self._holder_state(user_holder_id(app_name, user))
             async for stored in self._sessions_of(user, app_name):
                 found.append(self._session(stored, app_state, user_state, [], stored.version))
         found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
@@ -171,7 +178,7 @@ class ConvostoreSessionService(BaseSessionService):
             await self.store.delete_session(session_id)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return await self._holder_state(_user_holder(app_name, user_id))
+        return await self._holder_state(user_holder_id(app_name, user_id))
 
     # ------------------------------------------------------------------ events
 
@@ -202,9 +209,11 @@ class ConvostoreSessionService(BaseSessionService):
         if session_delta:
             await self._store_session_state(session.id, session_delta)
         if app_delta:
-            await self._update_holder(_app_holder(session.app_name), app_delta)
+            await self.merge_holder_state(app_holder_id(session.app_name), app_delta)
         if user_delta:
-            await self._update_holder(_user_holder(session.app_name, session.user_id), user_delta)
+            await self.merge_holder_state(
+                user_holder_id(session.app_name, session.user_id), user_delta
+            )
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
 
@@ -233,11 +242,13 @@ class ConvostoreSessionService(BaseSessionService):
         session._storage_update_marker = str(version)
         return session
 
-    async def _sessions_of(self, user_id: str, app_name: str) -> Any:
+    async def _sessions_of(self, user_id: str, app_name: str) -> AsyncIterator[StoredSession]:
         cursor: str | None = None
         while True:
             page = await self.store.list_sessions(
-                user_id, PageRequest(size=_PAGE, cursor=cursor), SessionFilter(kind=_kind(app_name))
+                user_id,
+                PageRequest(size=_PAGE, cursor=cursor),
+                SessionFilter(kind=session_kind(app_name)),
             )
             for stored in page.items:
                 if _belongs(stored, app_name, user_id):
@@ -250,12 +261,13 @@ class ConvostoreSessionService(BaseSessionService):
         holder = await self.store.get_session(holder_id)
         return dict(_holder(holder).get("state", {})) if holder else {}
 
-    async def _update_holder(self, holder_id: str, delta: Mapping[str, Any]) -> dict[str, Any]:
-        """Merge ``delta`` into a holder session's state (creating it), and for a user's
-        holder record the user in the app's holder; returns the state as stored."""
-        if holder_id.startswith("adk-user:") and delta is not None:
+    async def merge_holder_state(self, holder_id: str, delta: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``delta`` into the state of an app's or a user's holder session
+        (creating it; a user is also recorded in the app's holder); returns the state as
+        stored. Writes nothing when the state already holds ``delta``."""
+        if holder_id.startswith("adk-user:"):
             app_name, user_id = _user_of_holder(holder_id)
-            await self._add_user(app_name, user_id)
+            await self.add_user(app_name, user_id)
         while True:
             holder = await self.store.get_session(holder_id)
             if holder is None:
@@ -265,7 +277,7 @@ class ConvostoreSessionService(BaseSessionService):
                 continue
             form = dict(_holder(holder))
             state = dict(form.get("state", {}))
-            if not delta:
+            if all(key in state and state[key] == value for key, value in delta.items()):
                 return state
             state.update(delta)
             form["state"] = state
@@ -275,8 +287,9 @@ class ConvostoreSessionService(BaseSessionService):
                 continue
             return state
 
-    async def _add_user(self, app_name: str, user_id: str) -> None:
-        holder_id = _app_holder(app_name)
+    async def add_user(self, app_name: str, user_id: str) -> None:
+        """Record that the user has sessions in the app (what listing every user reads)."""
+        holder_id = app_holder_id(app_name)
         while True:
             holder = await self.store.get_session(holder_id)
             if holder is None:
@@ -388,15 +401,15 @@ def event_to_adk_event(event: Event) -> AdkEvent | None:
     )
 
 
-def _kind(app_name: str) -> str:
+def session_kind(app_name: str) -> str:
     return f"adk.{app_name}"
 
 
-def _app_holder(app_name: str) -> str:
+def app_holder_id(app_name: str) -> str:
     return f"adk-app:{app_name}"
 
 
-def _user_holder(app_name: str, user_id: str) -> str:
+def user_holder_id(app_name: str, user_id: str) -> str:
     return f"adk-user:{json.dumps([app_name, user_id])}"
 
 
