@@ -16,6 +16,7 @@ import inspect
 import itertools
 import pkgutil
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,55 @@ def module_names() -> list[str]:
         if not info.name.endswith(".__main__"):  # importing it runs the command line
             found.append(info.name)
     return sorted(found)
+
+
+def indented_blocks(docstring: str) -> list[str]:
+    """The blocks indented under a docstring's text, each after a blank line, dedented."""
+    blocks: list[str] = []
+    current: list[str] | None = None
+    for before, line in itertools.pairwise(["", *docstring.splitlines()]):
+        if current is not None and (line.startswith("    ") or not line.strip()):
+            current.append(line)
+            continue
+        if current:
+            blocks.append(textwrap.dedent("\n".join(current)).strip())
+        current = [line] if not before.strip() and line.startswith("    ") else None
+    if current:
+        blocks.append(textwrap.dedent("\n".join(current)).strip())
+    return blocks
+
+
+def is_python_code(block: str) -> bool:
+    """True for a block that compiles as Python and does something (a call, an
+    assignment, a definition...), not a bare name or literal."""
+    try:
+        tree = compile(
+            block, "<docstring>", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        )
+    except SyntaxError:
+        return False
+    return any(
+        not (
+            isinstance(statement, ast.Expr)
+            and isinstance(statement.value, (ast.Name, ast.Constant))
+        )
+        for statement in tree.body
+    )
+
+
+def test_indented_python_blocks_are_told_from_diagrams() -> None:
+    docstring = (
+        "Text.\n\n    store = connect(url)\n    store.close()\n\nMore.\n\n"
+        "    (:User {id})-[:OWNER]->(:Session)\n\nThen.\n\n    pip install 'convostore[all]'\n"
+    )
+    blocks = indented_blocks(docstring)
+    assert blocks == [
+        "store = connect(url)\nstore.close()",
+        "(:User {id})-[:OWNER]->(:Session)",
+        "pip install 'convostore[all]'",
+    ]
+    assert [is_python_code(block) for block in blocks] == [True, False, False]
+    assert is_python_code("async with factory.events(s) as stream:\n    pass")
 
 
 def test_readme_snippets_run_in_order(
@@ -99,21 +149,16 @@ def test_docstring_examples_run(name: str, tmp_path: Path, monkeypatch: pytest.M
     "name", [name for name in module_names() if not name.startswith("convostore.testing")]
 )
 def test_docstring_code_examples_are_doctests(name: str) -> None:
-    """An indented block in a docstring is an example, and must be a doctest to run.
-    (`convostore.testing` is left out: its examples are pytest conftest files, and
-    tests/contract/conftest.py is the one that runs.)"""
+    """An indented block in a docstring that is Python code is an example, and must be a
+    doctest to run (a diagram or a shell command is not Python). `convostore.testing` is
+    left out: its examples are pytest conftest files, and tests/contract/conftest.py is
+    the one that runs."""
     module = importlib.import_module(name)
     tree = ast.parse(inspect.getsource(module))
     untested: list[str] = []
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        lines = (ast.get_docstring(node) or "").splitlines()
-        for before, line in itertools.pairwise(lines):
-            if (
-                not before.strip()
-                and line.startswith("    ")
-                and not line.lstrip().startswith((">>>", "..."))
-            ):
-                untested.append(f"{getattr(node, 'name', name)}: {line.strip()}")
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            for block in indented_blocks(ast.get_docstring(node) or ""):
+                if not block.startswith(">>>") and is_python_code(block):
+                    untested.append(f"{getattr(node, 'name', name)}: {block.splitlines()[0]}")
     assert untested == []
