@@ -62,7 +62,6 @@ FACADES = (
         doc="A `Store` with plain blocking methods; use it as a context manager or call "
         "`close`. Work after `close` raises `StoreError`; closing twice is harmless.",
         attributes={
-            "capabilities": None,
             "indexed_metadata": None,
             "embedder": None,
             "vector_index": None,

@@ -25,6 +25,7 @@ from typing import Any, Self
 
 from convostore import connect as _async_connect
 from convostore._sync import LoopThread, SyncProxy, SyncStoreBase
+from convostore.backends.interface import Capabilities
 from convostore.compaction import CompactionResult, CompactionStrategy, CompactionTrigger, Summarize
 from convostore.conversation.events import DEFAULT_MAX_PENDING_EVENTS, ConversationEvent, Listener
 from convostore.conversation.factory import BaseConversationFactory
@@ -49,7 +50,7 @@ from convostore.model import (
     User,
     UserRef,
 )
-from convostore.store import Capabilities, SearchMode
+from convostore.store import SearchMode
 
 __all__ = ["SyncConversation", "SyncConversationFactory", "SyncProxy", "SyncStore", "connect"]
 
@@ -57,10 +58,6 @@ __all__ = ["SyncConversation", "SyncConversationFactory", "SyncProxy", "SyncStor
 class SyncStore(SyncStoreBase):
     """A `Store` with plain blocking methods; use it as a context manager or call `close`.
     Work after `close` raises `StoreError`; closing twice is harmless."""
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._target.capabilities
 
     @property
     def indexed_metadata(self) -> frozenset[str]:
@@ -77,6 +74,11 @@ class SyncStore(SyncStoreBase):
     @property
     def vector_index_drift(self) -> str | None:
         return self._target.vector_index_drift
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend offers beyond the contract (see `Capabilities`)."""
+        return self._target.capabilities
 
     def on_embedding_failed(
         self, listener: Callable[[EmbeddingFailed], None]
@@ -217,6 +219,13 @@ class SyncStore(SyncStoreBase):
         (a non-string as its compact JSON), oldest first. Only keys named in the store's
         ``indexed_metadata`` can be searched; others raise `NotIndexedError`."""
         return self._run(self._target.find_sessions_by_metadata(name, value))
+
+    def drop_metadata_index(self, name: str) -> bool:
+        """Stop indexing the session metadata key ``name`` in the database, for every
+        store on it (the keys belong to the database: connecting only adds keys). False
+        when it was not indexed. Stores already connected keep answering from what is
+        left until they reconnect; searching by ``name`` here raises `NotIndexedError`."""
+        return self._run(self._target.drop_metadata_index(name))
 
     def delete_expired(self, before: datetime | None = None) -> int:
         """Delete every session with ``expires_at < before`` (default: now), with its
