@@ -119,7 +119,7 @@ def test_importing_the_package_loads_no_numpy_and_no_backend() -> None:
         import convostore
         print(loaded("convostore"))
         import convostore.conversation
-        print(loaded("convostore.backends"))
+        print(loaded("convostore.backends."))
         """
     )
     result = subprocess.run(
@@ -127,7 +127,10 @@ def test_importing_the_package_loads_no_numpy_and_no_backend() -> None:
     )
     after_package, after_conversation = result.stdout.splitlines()
     assert after_package == "['convostore']"
-    assert after_conversation == "[]"
+    # The store's contract needs the backend interface and the registry, never a backend.
+    assert after_conversation == (
+        "['convostore.backends.interface', 'convostore.backends.registry']"
+    )
 
 
 def test_connect_entry_points_exist() -> None:
@@ -187,3 +190,20 @@ async def test_unknown_url_scheme_is_refused() -> None:
 
 def test_default_url_is_the_embedded_database() -> None:
     assert convostore.DEFAULT_URL == "sqlite:///convostore.db"
+
+
+def _first_names() -> list[str]:
+    """One public name of each module the package loads lazily."""
+    lazy: dict[str, str] = convostore._LAZY
+    return sorted({module: name for name, module in lazy.items()}.values())
+
+
+@pytest.mark.parametrize("name", _first_names())
+def test_each_lazy_module_imports_first_in_a_fresh_interpreter(name: str) -> None:
+    """Whichever public name a program uses first, its module's imports resolve."""
+    subprocess.run(
+        [sys.executable, "-c", f"from convostore import {name}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
