@@ -42,4 +42,3 @@ async def open_store(
         await backend.close()
         raise
     return Store(backend, connected, embedder=chosen)
-
