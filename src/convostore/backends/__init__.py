@@ -5,21 +5,17 @@ and imported only when a URL names it. `backends.sql` holds what SQL backends sh
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from convostore.backends.interface import Backend, Capabilities, Connected
+from convostore.backends.interface import Backend, Capabilities
 from convostore.backends.registry import backend_for
 from convostore.embedding import Embedder, VectorIndexSpec
-from convostore.store import Store, check_indexed_keys, filtering
 
-__all__ = [
-    "DEFAULT_URL",
-    "Backend",
-    "Capabilities",
-    "memory_store",
-    "open_store",
-    "pending_migrations",
-]
+if TYPE_CHECKING:
+    # convostore.store imports this package's interface: it is imported where used.
+    from convostore.store import Store
+
+__all__ = ["DEFAULT_URL", "Backend", "Capabilities", "open_store", "pending_migrations"]
 
 DEFAULT_URL = "sqlite:///convostore.db"
 
@@ -33,6 +29,8 @@ async def open_store(
 ) -> Store:
     """Connect the backend that ``url``'s scheme names, run what every backend runs
     after connecting (`Backend.after_connect`), and put a `Store` on it."""
+    from convostore.store import Store, check_indexed_keys, filtering
+
     keys = check_indexed_keys(indexed_metadata)
     chosen = None if embedder is None else filtering(embedder)
     backend = await backend_for(url).open(url, **options)
@@ -51,9 +49,3 @@ async def pending_migrations(url: str, **options: Any) -> list[str]:
     first; [] when the schema is current. Changes nothing (see
     `Backend.pending_migrations`)."""
     return await backend_for(url).pending_migrations(url, **options)
-
-
-def memory_store() -> Store:
-    """A new, empty ``memory://`` store, made without awaiting (for sync constructors)."""
-    backend = backend_for("memory://")()
-    return Store(backend, Connected(frozenset(), None, None))
