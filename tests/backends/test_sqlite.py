@@ -683,12 +683,16 @@ def test_every_assembled_statement_walks_an_index(db_path: Path) -> None:
                 assert full_scans(steps) == [], (shape, conditions, steps)
                 expected = "events_turn_starts" if shape == "turn_start" else "events_by_seq"
                 assert f"INDEX {expected} (session_id=?" in steps[0], (shape, steps)
-        for options in itertools.product((False, True), SessionOrder, *[(False, True)] * 3):
-            steps = plan(sql.listing_sql(*options))
+        flags = (False, True)
+        for summaries, order, parts, by_kind, paged in itertools.product(
+            flags, list(SessionOrder), flags, flags, flags
+        ):
+            options = (summaries, order, parts, by_kind, paged)
+            steps = plan(sql.STATEMENTS.listing(summaries, order, parts, by_kind, paged))
             assert full_scans(steps) == [], (options, steps)
             assert "(owner_id=?" in steps[0]
         for include_parts, by_kind in itertools.product((False, True), repeat=2):
-            steps = plan(sql.count_sql(include_parts, by_kind))
+            steps = plan(sql.STATEMENTS.count(include_parts, by_kind))
             assert steps[0].startswith("SEARCH owner_session_counts USING PRIMARY KEY")
     finally:
         connection.close()

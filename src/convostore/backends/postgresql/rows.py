@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from convostore.backends._rows import RowReader, user_values
+from convostore.backends.sql.rows import RowReader, user_values
 from convostore.embedding import text_tokens
 from convostore.model import Message, User
 from convostore.prepare import PreparedEvent
@@ -139,8 +139,8 @@ def _vector(value: Sequence[float] | None) -> tuple[float, ...] | None:
     return None if value is None else tuple(value)
 
 
-_READER = RowReader(time_of=_utc, vector_of=_vector)
-user_from_row = _READER.user
-session_from_row = _READER.session
-summary_from_row = _READER.summary
-event_from_row = _READER.event
+READER = RowReader(time_of=_utc, vector_of=_vector)
+user_from_row = READER.user
+session_from_row = READER.session
+summary_from_row = READER.summary
+event_from_row = READER.event
