@@ -35,6 +35,7 @@ from convostore import (
     SessionFilter,
     SessionOrder,
     Store,
+    StoreError,
     ToolCall,
     User,
 )
@@ -496,6 +497,26 @@ async def test_a_read_only_database_is_unavailable(db_path: Path) -> None:
         assert isinstance(raised.value.__cause__, sqlite3.Error)
     finally:
         set_modes(db_path, file_mode=0o644, directory_mode=0o755)
+
+
+async def test_a_statement_the_schema_cannot_run_is_a_bug_not_unavailable(
+    db_path: Path,
+) -> None:
+    # A missing table (as a broken migration leaves) is a plain StoreError: a test net
+    # that skips on BackendUnavailableError must never take it for a missing server.
+    store = await convostore.connect(db_url(db_path))
+    try:
+        session = await store.create_session(ADA)
+        raw = sqlite3.connect(db_path)
+        raw.execute("DROP TABLE participants")
+        raw.commit()
+        raw.close()
+        with pytest.raises(StoreError, match="no such table") as raised:
+            await store.participants(session.id)
+        assert not isinstance(raised.value, BackendUnavailableError)
+        assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+    finally:
+        await store.close()
 
 
 async def test_a_locked_database_is_unavailable_and_nothing_leaks(db_path: Path) -> None:

@@ -159,30 +159,28 @@ def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
 
 
 # Primary result codes that mean the database cannot be used as it is now: busy or
-# locked, unreadable, full, read-only, or not a database at all.
+# locked past the timeout, an I/O error, a full disk, or a file that cannot be opened
+# (missing, not readable or writable, not a database). Every other code (a syntax error,
+# a missing table or column, a constraint) is a bug or bad data: a plain StoreError, so
+# that nothing mistakes it for a database that is merely out of reach.
 _UNAVAILABLE_CODES = frozenset(
     {
         sqlite3.SQLITE_BUSY,
         sqlite3.SQLITE_LOCKED,
         sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_CORRUPT,
         sqlite3.SQLITE_FULL,
         sqlite3.SQLITE_CANTOPEN,
-        sqlite3.SQLITE_PROTOCOL,
         sqlite3.SQLITE_READONLY,
         sqlite3.SQLITE_PERM,
         sqlite3.SQLITE_NOTADB,
-        sqlite3.SQLITE_NOLFS,
     }
 )
 
 
 def translate_error(error: sqlite3.Error, where: str) -> StoreError:
     """The convostore error to raise (``from error``) for a sqlite3 error:
-    `BackendUnavailableError` when the database cannot be used, else `StoreError`."""
+    `BackendUnavailableError` for the result codes above, else `StoreError`."""
     code: int | None = getattr(error, "sqlite_errorcode", None)
-    if isinstance(error, sqlite3.OperationalError) or (
-        code is not None and code & 0xFF in _UNAVAILABLE_CODES
-    ):
+    if code is not None and code & 0xFF in _UNAVAILABLE_CODES:
         return BackendUnavailableError(f"{where}: {error}")
     return StoreError(f"{where}: {error}")
