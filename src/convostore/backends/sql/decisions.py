@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from convostore import _json
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -25,6 +26,7 @@ from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = [
     "MAX_INTEGER",
+    "backfill",
     "bounded",
     "check_parent",
     "event_conditions",
@@ -99,6 +101,16 @@ def replay_or_conflict(append: PreparedAppend, stored: Sequence[Event]) -> Appen
         return AppendOutcome(applied=False, events=[clash])
     where = "" if clash.session_id == append.session_id else " by another session"
     raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
+
+
+def backfill(name: str, rows: Sequence[Sequence[Any]]) -> list[tuple[str, str]]:
+    """The (value, session_id) entries of the newly indexed key ``name`` for the sessions
+    ``rows`` (id, metadata JSON) that have it, each value rendered by the function every
+    write uses (`convostore._json.index_value`), so it compares as a written one does."""
+    return [
+        (_json.index_value(_json.loads(metadata)[name]), session_id)
+        for session_id, metadata in rows
+    ]
 
 
 def event_conditions(names: Sequence[str], event_filter: EventFilter) -> tuple[bool, ...]:

@@ -23,6 +23,7 @@ __all__ = [
     "EVENT_FIELDS",
     "LISTING_INDEXES",
     "SESSION_FIELDS",
+    "SESSION_INDEXES",
     "USER_FIELDS",
     "Statements",
     "columns",
@@ -56,6 +57,26 @@ LISTING_INDEXES: Final = {
     (SessionOrder.LAST_ACTIVITY, True, False): "sessions_by_activity",
     (SessionOrder.LAST_ACTIVITY, True, True): "sessions_by_activity",
 }
+
+
+# The indexes of ``sessions`` every SQL schema creates, in its first migration.
+SESSION_INDEXES: Final = (
+    # Listings page by keyset on these, so page n reads what page 1 reads. Top-level
+    # listings (the default) have their own partial indexes; a listing that includes
+    # parts and filters by kind walks the owner's index and filters kind per row.
+    "CREATE INDEX sessions_top_by_created ON sessions (owner_id, id) WHERE part_of IS NULL",
+    """CREATE INDEX sessions_top_by_activity
+        ON sessions (owner_id, last_activity_at, id) WHERE part_of IS NULL""",
+    """CREATE INDEX sessions_top_kind_by_created
+        ON sessions (owner_id, kind, id) WHERE part_of IS NULL""",
+    """CREATE INDEX sessions_top_kind_by_activity
+        ON sessions (owner_id, kind, last_activity_at, id) WHERE part_of IS NULL""",
+    "CREATE INDEX sessions_by_created ON sessions (owner_id, id)",
+    "CREATE INDEX sessions_by_activity ON sessions (owner_id, last_activity_at, id)",
+    # Also serves the cascade from a session to its parts.
+    "CREATE INDEX sessions_parts ON sessions (part_of, held_with, id)",
+    "CREATE INDEX sessions_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+)
 
 
 def columns(fields: tuple[str, ...], alias: str = "") -> str:
@@ -126,6 +147,11 @@ class Statements:
             f" JOIN users u ON u.id = p.user_id WHERE p.session_id = {p('session_id')}"
             " ORDER BY p.first_seq"
         )
+        # (none); name; name; name
+        self.select_indexed_keys = "SELECT name FROM indexed_metadata_keys"
+        self.insert_indexed_key = f"INSERT INTO indexed_metadata_keys (name) VALUES ({p('name')})"
+        self.delete_indexed_key = f"DELETE FROM indexed_metadata_keys WHERE name = {p('name')}"
+        self.delete_key_entries = f"DELETE FROM session_metadata WHERE name = {p('name')}"
         # name, value
         self.sessions_by_metadata = (
             f"SELECT {columns(SESSION_FIELDS, 's.')} FROM session_metadata m"
