@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-.venv/bin/ruff check src tests benchmarks
-.venv/bin/ruff format --check src tests benchmarks
+.venv/bin/ruff check src tests benchmarks scripts
+.venv/bin/ruff format --check src tests benchmarks scripts
 .venv/bin/mypy
 # Every backend runs strictly, as in CI: one that cannot run fails the run. A laptop
 # without a server opts out by name, e.g. CONVOSTORE_SKIP_BACKENDS=postgresql,falkordb
