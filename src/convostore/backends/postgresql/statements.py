@@ -172,7 +172,8 @@ DELETE_EXPIRED: Final = (
 SESSIONS_BY_METADATA: Final = (
     f"SELECT {columns(SESSION_FIELDS, 's.')} FROM session_metadata m"
     " JOIN sessions s ON s.id = m.session_id"
-    " WHERE m.name = %s AND m.value = %s ORDER BY m.session_id"
+    " WHERE m.name = %(name)s AND md5(m.value) = md5(%(value)s) AND m.value = %(value)s"
+    " ORDER BY m.session_id"
 )
 LIST_PARTS: Final = (
     f"SELECT {_SUMMARY_COLUMNS} FROM sessions s{_SUMMARY_JOINS} WHERE s.part_of = %s ORDER BY s.id"

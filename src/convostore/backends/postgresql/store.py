@@ -268,7 +268,9 @@ class PostgreSQLStore(Store):
         return [user for row in rows if (user := user_from_row(row)) is not None]
 
     async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
-        rows = await self._fetch_all_binary(sql.SESSIONS_BY_METADATA, (name, value))
+        rows = await self._fetch_all_binary(
+            sql.SESSIONS_BY_METADATA, {"name": name, "value": value}
+        )
         return [session_from_row(row) for row in rows]
 
     async def _delete_expired(self, before: datetime) -> int:
