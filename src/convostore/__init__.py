@@ -28,7 +28,7 @@ from convostore.conversation import (
     UserMessage,
 )
 from convostore.cursors import decode_cursor, encode_cursor
-from convostore.embedding import EmbeddingFailed
+from convostore.embedding import Embedder, EmbeddingFailed
 from convostore.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -42,6 +42,7 @@ from convostore.errors import (
     SessionExistsError,
     SessionNotFoundError,
     StaleObjectError,
+    StoreClosedError,
     StoreError,
     UnknownUserError,
 )
@@ -114,6 +115,7 @@ __all__ = [
     "SessionSummary",
     "StaleObjectError",
     "Store",
+    "StoreClosedError",
     "StoreError",
     "StoredConversation",
     "SystemMessage",
@@ -130,10 +132,15 @@ __all__ = [
 
 
 async def connect(
-    url: str = DEFAULT_URL, *, indexed_metadata: Iterable[str] = (), **options: Any
+    url: str = DEFAULT_URL,
+    *,
+    embedder: Embedder | None = None,
+    indexed_metadata: Iterable[str] = (),
+    **options: Any,
 ) -> Store:
     """Open a store. ``memory://`` keeps everything in this process;
     ``sqlite:///path.db`` (the default, ``./convostore.db``) is the embedded database.
+    ``embedder`` embeds each message as it is added and declares the vector index;
     ``indexed_metadata`` names the session metadata keys `Store.find_sessions_by_metadata`
     can search."""
-    return await open_store(url, indexed_metadata=indexed_metadata, **options)
+    return await open_store(url, indexed_metadata=indexed_metadata, embedder=embedder, **options)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
 from convostore._time import utc_now
 from convostore.backends.memory import MemoryStore
 from convostore.embedding import EmbeddingFailed
-from convostore.errors import InvalidArgumentError, SessionNotFoundError
+from convostore.errors import InvalidArgumentError, SessionNotFoundError, StoreClosedError
 from convostore.ids import new_id
 from convostore.model import (
     Asset,
@@ -580,7 +580,7 @@ class StoredConversation:
 
     def _accept(self, entry: _Entry) -> str:
         if self.closed:
-            raise RuntimeError(f"conversation {self.session_id} is closed")
+            raise StoreClosedError(f"conversation {self.session_id} is closed")
         self._entries.append(entry)
         message = entry.message
         # Queue the write before publishing, so a listener that adds a reply queues it after.
@@ -737,7 +737,7 @@ class StoredConversation:
         """Queue every failed message again, in order, with its id (so a write that did
         land is not duplicated), and wait; returns the ids that failed again."""
         if self.closed:
-            raise RuntimeError(f"conversation {self.session_id} is closed")
+            raise StoreClosedError(f"conversation {self.session_id} is closed")
         retried = [entry for entry in self._entries if entry.state is _State.FAILED]
         for entry in retried:
             entry.state, entry.error = _State.PENDING, None
@@ -910,7 +910,7 @@ class BaseConversationFactory(Generic[C]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this conversation factory is closed")
+            raise StoreClosedError("this conversation factory is closed")
 
     # ---------------------------------------------------------------- events
 

@@ -35,6 +35,7 @@ from convostore import (
     SessionFilter,
     SessionOrder,
     Store,
+    StoreClosedError,
     ToolCall,
     User,
 )
@@ -410,7 +411,7 @@ async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
     await store.close()
     await store.close()
     assert not any(thread.is_alive() for thread in started)
-    with pytest.raises(BackendUnavailableError, match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await store.get_session("x")
     # Closing checkpoints the WAL into the database file.
     assert not db_path.with_name(db_path.name + "-wal").is_file()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from convostore._urls import redacted
 from convostore.errors import InvalidArgumentError
 from convostore.store import Store
 
@@ -26,6 +27,12 @@ async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: An
     """Connect the backend that ``url``'s scheme names."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidArgumentError("a store URL must be a non-blank string")
+    store = await _open_backend(url, indexed_metadata=indexed_metadata, **options)
+    store.url = redacted(url)
+    return store
+
+
+async def _open_backend(url: str, *, indexed_metadata: Iterable[str], **options: Any) -> Store:
     scheme, sep, _ = url.partition("://")
     scheme = scheme.lower() if sep else "sqlite"
     if scheme == "memory":

@@ -142,6 +142,9 @@ class SQLiteStore(Store):
             raise
         return store
 
+    def _release_when_dropped(self) -> Callable[[], None]:
+        return functools.partial(_abandon, self._writer, self._readers)
+
     async def _close(self) -> None:
         if self._readers is not self._writer:
             await self._readers.stop()
@@ -330,3 +333,8 @@ def _listing(
         "limit": limit,
     }
     return statement, parameters
+
+
+def _abandon(writer: ConnectionWorker, readers: ConnectionWorker) -> None:
+    readers.abandon()
+    writer.abandon()

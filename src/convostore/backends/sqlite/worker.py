@@ -15,17 +15,23 @@ from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any, TypeVar, TypeVarTuple
 
-from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
+from convostore.errors import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreError,
+)
 
 __all__ = ["ConnectionWorker", "translate_error"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-# (the future to settle, its loop, the function, its arguments); no function means stop.
+# (the future to settle, its loop, the function, its arguments); no function means stop,
+# and a stop with no future is one nobody waits for.
 _Job = tuple[
-    "asyncio.Future[Any]",
-    asyncio.AbstractEventLoop,
+    "asyncio.Future[Any] | None",
+    "asyncio.AbstractEventLoop | None",
     "Callable[..., Any] | None",
     tuple[Any, ...],
 ]
@@ -82,7 +88,7 @@ class ConnectionWorker:
     async def run(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
         """``fn(connection, *args)`` on one of the threads."""
         if not self._accepting:
-            raise BackendUnavailableError(f"{self.where}: the store is closed")
+            raise StoreClosedError(f"{self.where}: the store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._jobs.put((future, loop, fn, args))
@@ -108,6 +114,15 @@ class ConnectionWorker:
         for thread in self._threads:
             thread.join()  # Each has settled its future as its last act: this is brief.
 
+    def abandon(self) -> None:
+        """Stop the threads without an event loop, for a store collected unclosed: each
+        thread closes its connection and ends. Nothing waits for them."""
+        if not self._accepting:
+            return
+        self._accepting = False
+        for _ in range(self._running):
+            self._jobs.put((None, None, None, ()))
+
     def _serve(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[None]) -> None:
         try:
             connection = self._open_connection()
@@ -122,8 +137,11 @@ class ConnectionWorker:
                 try:
                     connection.close()
                 finally:
-                    _reply(job_loop, _succeed, future, None)
+                    if future is not None and job_loop is not None:
+                        _reply(job_loop, _succeed, future, None)
                 return
+            assert future is not None
+            assert job_loop is not None
             # Read across threads without a lock: at worst a job cancelled at this very
             # moment still runs, and _succeed drops its result.
             if future.cancelled():
