@@ -15,3 +15,5 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
 .venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers]'
+# The test server's pgvector, rebuilt once for any x86-64 processor (see the script).
+scripts/build_pgvector.sh

@@ -1,11 +1,15 @@
-"""The backends the contract suite runs on, and the fixtures that open stores on them.
+"""Runs the contract suite (`convostore.testing`) over every backend of this checkout.
 
-Adding a backend is one line in `BACKENDS`: its name and a function that gives the URL
-of a fresh, empty database for one test (or `Unavailable` with the reason it cannot run
-here, e.g. no server URL configured). A backend that is unavailable is skipped on a
-laptop and fails the run under ``CI=true``, so CI can never pass by leaving one out.
+Adding a backend is one line in `BACKENDS`: its name and a function that gives the URL of
+a fresh, empty database for one test, or `Unavailable` with the reason it cannot run
+here (its driver or server is missing), decided before any store connects. An
+unavailable backend is skipped on a laptop and fails the run under ``CI=true``, so CI can
+never pass by leaving one out. A known failure of one backend is one line in
+`DIVERGENCES`, with its reason: the test is strict-xfail there, so the fix must delete
+the line.
 
 Tests decide what to run from ``store.capabilities`` only, never from a backend's name.
+One module of the suite runs with ``pytest tests/contract -k test_sessions``.
 """
 
 from __future__ import annotations
@@ -13,26 +17,46 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
 
 import pytest
 
-import convostore
-from convostore import BackendUnavailableError, Store
+from convostore.testing.fixtures import (
+    INDEXED_KEYS,
+    BackendUnderTest,
+    BackendUrl,
+    Divergence,
+    OnServer,
+    StoreFactory,
+    Unavailable,
+    backend_fixture,
+    backend_missing,
+    collect_contract_suite,
+    connect_store,
+    in_ci,
+    indexed_store,
+    local_time_zone_off_utc,
+    mark_divergences,
+    store,
+)
 from tests.servers import postgresql as postgresql_servers
 
-
-@dataclass(frozen=True, slots=True)
-class Unavailable:
-    """Why a backend cannot run in this environment."""
-
-    reason: str
-
-
-BackendUrl = Callable[[Path], "str | Unavailable"]
+__all__ = [
+    "BACKENDS",
+    "DIVERGENCES",
+    "INDEXED_KEYS",
+    "BackendUnderTest",
+    "StoreFactory",
+    "backend",
+    "backend_missing",
+    "connect_store",
+    "in_ci",
+    "indexed_store",
+    "local_time_zone_off_utc",
+    "postgresql_server",
+    "store",
+]
 
 
 def _module_missing(module: str) -> Unavailable | None:
@@ -48,16 +72,6 @@ def _memory_url(tmp_path: Path) -> str | Unavailable:
 def _sqlite_url(tmp_path: Path) -> str | Unavailable:
     missing = _module_missing("convostore.backends.sqlite")
     return missing or f"sqlite:///{tmp_path / 'contract.db'}"
-
-
-@dataclass(frozen=True, slots=True)
-class OnServer:
-    """A backend whose tests share one server for the whole session: ``server`` names the
-    session-scoped fixture that gives it (or `Unavailable`), ``fresh`` the URL of a new,
-    empty database on it for one test."""
-
-    server: str
-    fresh: Callable[[Any], str]
 
 
 @pytest.fixture(scope="session")
@@ -89,81 +103,16 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
 }
 
+# Known failures, one line each: Divergence(backend, "test_module.py::test_name", reason).
+DIVERGENCES: list[Divergence] = []
 
-def in_ci() -> bool:
-    return os.environ.get("CI") == "true"
-
-
-def backend_missing(name: str, reason: str) -> NoReturn:
-    """Skip on a laptop; under CI a backend that cannot run is a failure."""
-    message = f"backend {name!r} unavailable: {reason}"
-    if in_ci():
-        pytest.fail(message + " (CI=true requires every backend)")
-    pytest.skip(message)
+backend = backend_fixture(BACKENDS, DIVERGENCES)
 
 
-class BackendUnderTest:
-    """One backend and the database of one test: ``backend()`` is its URL, the same on
-    every call, so a test can open a second store on the same database (when
-    ``capabilities.persistent`` / ``cross_process`` say that means something)."""
-
-    def __init__(self, name: str, url: str) -> None:
-        self.name = name
-        self.url = url
-
-    def __call__(self) -> str:
-        return self.url
-
-    def __repr__(self) -> str:
-        return f"BackendUnderTest({self.name!r}, {self.url!r})"
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    return collect_contract_suite(file_path, parent, Path(__file__))
 
 
-@pytest.fixture(params=list(BACKENDS), ids=list(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> BackendUnderTest:
-    name: str = request.param
-    entry = BACKENDS[name]
-    if isinstance(entry, OnServer):
-        server = request.getfixturevalue(entry.server)
-        url = server if isinstance(server, Unavailable) else entry.fresh(server)
-    else:
-        url = entry(tmp_path)
-    if isinstance(url, Unavailable):
-        backend_missing(name, url.reason)
-    return BackendUnderTest(name, url)
-
-
-class StoreFactory(Protocol):
-    def __call__(self, **options: Any) -> Awaitable[Store]: ...
-
-
-@pytest.fixture
-async def connect_store(backend: BackendUnderTest) -> AsyncIterator[StoreFactory]:
-    """Open stores on this test's database; every one is closed at teardown."""
-    opened: list[Store] = []
-
-    async def connect(**options: Any) -> Store:
-        try:
-            store = await convostore.connect(backend(), **options)
-        except BackendUnavailableError as error:
-            backend_missing(backend.name, str(error))
-        opened.append(store)
-        return store
-
-    yield connect
-    for store in reversed(opened):
-        await store.close()
-
-
-@pytest.fixture
-async def store(connect_store: StoreFactory) -> Store:
-    """A store on this test's database."""
-    return await connect_store()
-
-
-INDEXED_KEYS = ("tenant", "topic")
-
-
-@pytest.fixture
-async def indexed_store(connect_store: StoreFactory) -> Store:
-    """A store on this test's database that indexes the metadata keys `INDEXED_KEYS`."""
-    return await connect_store(indexed_metadata=INDEXED_KEYS)
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_divergences(items, DIVERGENCES)

@@ -9,9 +9,8 @@ from typing import Any
 import pytest
 
 from convostore import InvalidArgumentError, NotIndexedError, Session, Store
-
-from .conftest import StoreFactory
-from .helpers import AGENT, MINUS_7, new_session, say
+from convostore.testing.fixtures import StoreFactory
+from convostore.testing.helpers import AGENT, MINUS_7, new_session, say
 
 VALUES: list[tuple[str, Any]] = [
     ("acme", "acme"),

@@ -43,9 +43,8 @@ from convostore import (
 from convostore.conversation import INTERIM_TITLE_LENGTH
 from convostore.embedding import HashingEmbedder
 from convostore.sync import SyncProxy
-
-from .conftest import BackendUnderTest, StoreFactory
-from .helpers import AGENT, ALICE, BOB, CAROL
+from convostore.testing.fixtures import BackendUnderTest, StoreFactory
+from convostore.testing.helpers import AGENT, ALICE, BOB, CAROL
 
 LOGGER = "convostore.conversation"
 

@@ -18,9 +18,8 @@ from convostore import (
     StoreError,
     User,
 )
-
-from .conftest import StoreFactory
-from .helpers import (
+from convostore.testing.fixtures import StoreFactory
+from convostore.testing.helpers import (
     AGENT,
     ALICE,
     BOB,

@@ -13,9 +13,8 @@ from convostore.embedding import (
     RoleFilteringEmbedder,
     VectorIndexSpec,
 )
-
-from .conftest import StoreFactory
-from .helpers import ALICE, new_session
+from convostore.testing.fixtures import StoreFactory
+from convostore.testing.helpers import ALICE, new_session
 
 
 class CountingEmbedder(HashingEmbedder):

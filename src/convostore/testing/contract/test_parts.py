@@ -16,8 +16,7 @@ from convostore import (
     UnknownUserError,
     User,
 )
-
-from .helpers import AGENT, ALICE, BOB, CAROL, event, new_session, say
+from convostore.testing.helpers import AGENT, ALICE, BOB, CAROL, event, new_session, say
 
 HELPER_2 = User("agent-2", "Second agent", kind="agent")
 

@@ -17,9 +17,8 @@ from convostore import (
     Store,
     UnknownUserError,
 )
-
-from .conftest import BackendUnderTest
-from .helpers import ALICE, BOB, say
+from convostore.testing.fixtures import BackendUnderTest
+from convostore.testing.helpers import ALICE, BOB, say
 
 PUBLIC_COROUTINES = sorted(
     name

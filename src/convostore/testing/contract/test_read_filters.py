@@ -14,8 +14,7 @@ from convostore import (
     Role,
     Store,
 )
-
-from .helpers import (
+from convostore.testing.helpers import (
     ALICE,
     append_all,
     contents,

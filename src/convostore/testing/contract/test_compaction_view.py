@@ -12,8 +12,7 @@ from convostore import (
     Role,
     Store,
 )
-
-from .helpers import append_all, contents, event, new_session, say
+from convostore.testing.helpers import append_all, contents, event, new_session, say
 
 
 def compaction(kept_ids: Sequence[str], *summaries: str) -> list[MessageWrite | EventWrite]:

@@ -1,7 +1,7 @@
 """Time: every timestamp is aware UTC, microsecond exact, whatever the local zone.
 
-The suite runs with TZ=Asia/Kathmandu (UTC+05:45, see tests/conftest.py), so a backend
-that stores or reads local time is off by 5h45m and fails here.
+The suite runs with TZ=Asia/Kathmandu (UTC+05:45, see `convostore.testing.fixtures`), so
+a backend that stores or reads local time is off by 5h45m and fails here.
 """
 
 from __future__ import annotations
@@ -21,8 +21,16 @@ from convostore import (
     SessionOrder,
     Store,
 )
-
-from .helpers import ALICE, MINUS_7, PLUS_0545, event, is_utc, new_session, say, snapshot
+from convostore.testing.helpers import (
+    ALICE,
+    MINUS_7,
+    PLUS_0545,
+    event,
+    is_utc,
+    new_session,
+    say,
+    snapshot,
+)
 
 NAIVE = r"naive|aware"
 

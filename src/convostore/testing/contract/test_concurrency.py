@@ -12,9 +12,8 @@ import pytest
 import convostore.prepare
 from convostore import Event, SessionExistsError, Store, StoreError
 from convostore.prepare import prepare_append
-
-from .conftest import StoreFactory
-from .helpers import AGENT, ALICE, contents, event, new_session, say
+from convostore.testing.fixtures import StoreFactory
+from convostore.testing.helpers import AGENT, ALICE, contents, event, new_session, say
 
 WRITERS = 8
 

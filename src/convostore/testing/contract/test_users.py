@@ -14,8 +14,7 @@ from convostore import (
     UnknownUserError,
     User,
 )
-
-from .helpers import AGENT, ALICE, BOB, CAROL, new_session, say, snapshot
+from convostore.testing.helpers import AGENT, ALICE, BOB, CAROL, new_session, say, snapshot
 
 
 async def test_put_and_get_user_round_trips_every_field(store: Store) -> None:

@@ -24,9 +24,8 @@ from convostore import (
     ToolCall,
     User,
 )
-
-from .conftest import StoreFactory
-from .helpers import ALICE, new_session, say, snapshot
+from convostore.testing.fixtures import StoreFactory
+from convostore.testing.helpers import ALICE, new_session, say, snapshot
 
 Call = Callable[[Store, str], Awaitable[object]]
 TOO_LONG = "x" * 256

@@ -28,8 +28,7 @@ from convostore.compaction import (
     snap_to_turn_start,
 )
 from convostore.errors import InvalidArgumentError
-
-from .helpers import ALICE, new_session
+from convostore.testing.helpers import ALICE, new_session
 
 
 async def _turns(store: Store, session_id: str, count: int, *, with_tools: bool = True) -> None:

@@ -20,8 +20,7 @@ from convostore import (
     Store,
     User,
 )
-
-from .helpers import (
+from convostore.testing.helpers import (
     AGENT,
     ALICE,
     BOB,

@@ -6,9 +6,8 @@ import pytest
 
 from convostore import InvalidArgumentError, MessageWrite, Role, Store, User
 from convostore.embedding import HashingEmbedder
-
-from .conftest import StoreFactory
-from .helpers import ALICE, BOB, new_session
+from convostore.testing.fixtures import StoreFactory
+from convostore.testing.helpers import ALICE, BOB, new_session
 
 CORPUS = [
     (Role.USER, "How do I reset my router password?"),

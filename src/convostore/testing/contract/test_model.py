@@ -19,8 +19,7 @@ from convostore import (
     ToolCall,
 )
 from convostore.ids import is_uuid7
-
-from .helpers import ALICE, BOB, CAROL, MINUS_7, event, new_session, say
+from convostore.testing.helpers import ALICE, BOB, CAROL, MINUS_7, event, new_session, say
 
 
 async def test_session_and_event_ids_default_to_uuid7(store: Store) -> None:

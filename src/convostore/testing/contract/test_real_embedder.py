@@ -10,9 +10,8 @@ import pytest
 
 from convostore import MessageWrite, Role
 from convostore.embedding import SentenceTransformerEmbedder
-
-from .conftest import StoreFactory, in_ci
-from .helpers import new_session
+from convostore.testing.fixtures import StoreFactory, in_ci
+from convostore.testing.helpers import new_session
 
 RELATED = [
     "How do I change the password of my wifi router?",

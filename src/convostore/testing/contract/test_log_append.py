@@ -20,8 +20,16 @@ from convostore import (
     UnknownUserError,
     User,
 )
-
-from .helpers import ALICE, BOB, CAROL, contents, event, new_session, say, snapshot
+from convostore.testing.helpers import (
+    ALICE,
+    BOB,
+    CAROL,
+    contents,
+    event,
+    new_session,
+    say,
+    snapshot,
+)
 
 DAVE = User("dave", "Dave")
 

@@ -1,4 +1,5 @@
-"""Setup shared by the contract tests: users, sessions, writes, snapshots, page walks."""
+"""Setup the contract tests share (and tests of one backend may use): users, sessions,
+writes, snapshots, page walks."""
 
 from __future__ import annotations
 
@@ -26,6 +27,31 @@ from convostore import (
     User,
 )
 from convostore.model import UserRef
+
+__all__ = [
+    "AGENT",
+    "ALICE",
+    "BOB",
+    "CAROL",
+    "MINUS_7",
+    "PLUS_0545",
+    "T0",
+    "Snapshot",
+    "append_all",
+    "contents",
+    "event",
+    "flatten",
+    "freeze_store_clock",
+    "ids",
+    "is_utc",
+    "new_session",
+    "say",
+    "snapshot",
+    "sort_key",
+    "tool_turns",
+    "walk_sessions",
+    "walk_summaries",
+]
 
 ALICE = User("alice", "Alice", username="alice", email="alice@example.org")
 BOB = User("bob", "Bob")

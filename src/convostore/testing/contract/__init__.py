@@ -1,0 +1,1 @@
+"""The contract tests, one module per area of the `Store` contract."""
