@@ -13,9 +13,8 @@ import pytest
 
 import convostore
 from convostore import EventFilter, Store
-
-from .conftest import BackendUnderTest, StoreFactory
-from .helpers import ALICE, new_session, say
+from convostore.testing.fixtures import BackendUnderTest, StoreFactory
+from convostore.testing.helpers import ALICE, new_session, say
 
 # ------------------------------------------------------------------ indexed metadata
 
@@ -52,11 +51,6 @@ async def test_long_indexed_values_are_stored_found_and_compared_in_full(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="indexed keys still belong to the last store that connected: connecting "
-    "without a key drops its index (issue 7, the backend interface's connect-time keys)",
-)
 async def test_a_second_store_without_indexed_metadata_keeps_the_index(
     connect_store: StoreFactory,
 ) -> None:

@@ -28,9 +28,8 @@ from convostore import (
 from convostore._json import MAX_JSON_DEPTH
 from convostore.embedding import HashingEmbedder
 from convostore.prepare import MAX_KIND_LENGTH
-
-from .conftest import StoreFactory
-from .helpers import AGENT, ALICE, BOB, new_session, say, snapshot
+from convostore.testing.fixtures import StoreFactory
+from convostore.testing.helpers import AGENT, ALICE, BOB, new_session, say, snapshot
 
 NON_FINITE = [float("nan"), float("inf"), float("-inf"), 1e39, -1e39]
 
@@ -182,9 +181,7 @@ async def test_kind_has_a_documented_limit(store: Store) -> None:
     assert (await store.get_session(session.id)) == session
     part = await store.find_or_create_part(session.id, AGENT, title="t", kind=longest)
     assert part.kind == longest
-    assert (await store.list_sessions(ALICE, filter=SessionFilter(kind=longest))).items == [
-        session
-    ]
+    assert (await store.list_sessions(ALICE, filter=SessionFilter(kind=longest))).items == [session]
     with pytest.raises(InvalidArgumentError, match=str(MAX_KIND_LENGTH)):
         await store.create_session(ALICE, kind=longest + "x")
     with pytest.raises(InvalidArgumentError, match=str(MAX_KIND_LENGTH)):

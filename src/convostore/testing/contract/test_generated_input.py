@@ -20,8 +20,7 @@ from convostore import (
     ToolCall,
     User,
 )
-
-from .helpers import ALICE, snapshot
+from convostore.testing.helpers import ALICE, snapshot
 
 Operation = Callable[[Store, str], Awaitable[object]]
 

@@ -23,9 +23,8 @@ from convostore import (
 from convostore._urls import redacted
 from convostore.compaction import CompactionSkipped, TurnCount, TurnWindow
 from convostore.embedding import HashingEmbedder
-
-from .conftest import BackendUnderTest, StoreFactory
-from .helpers import ALICE, BOB, new_session, say
+from convostore.testing.fixtures import BackendUnderTest, StoreFactory
+from convostore.testing.helpers import ALICE, BOB, new_session, say
 
 
 async def test_a_message_repr_shows_the_width_of_its_vector_not_the_vector(store: Store) -> None:
