@@ -168,6 +168,9 @@ _WORD = re.compile(r"[^\W_]+")
 
 def text_tokens(text: str) -> list[str]:
     """Lowercase words without diacritics: how text search splits text everywhere."""
+    if text.isascii():
+        # Case folding is lowering there, and nothing decomposes or combines.
+        return _WORD.findall(text.lower())
     folded = unicodedata.normalize("NFKD", text.casefold())
     stripped = "".join(c for c in folded if not unicodedata.combining(c))
     return _WORD.findall(stripped)
