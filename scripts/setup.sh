@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs convostore with its development tools, every
-# backend's driver, the database servers the tests start themselves, and the real
+# backend's driver, the agent frameworks the adapters plug into, the database servers the
+# tests start themselves, and the real
 # embedding model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,6 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers,openai-agents,adk,langchain,langgraph,framework-peers]'
 # The test server's pgvector, rebuilt once for any x86-64 processor (see the script).
 scripts/build_pgvector.sh

@@ -18,9 +18,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument(
         "--url", default=DEFAULT_URL, help=f"the store to use (default: {DEFAULT_URL})"
     )
+    importing = commands.add_parser(
+        "import", help="import sessions from an agent framework's own store"
+    )
+    from convostore.integrations.importers import command as import_command
+
+    import_command.add_arguments(importing)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from convostore.demo import run_demo
 
         asyncio.run(run_demo(args.url))
+    if args.command == "import":
+        return asyncio.run(import_command.run(args))
     return 0

@@ -70,6 +70,10 @@ class SyncProxy:
         """The wrapped async object (to use from async code running on its loop)."""
         return self._target
 
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine (of the wrapped object, say) on this facade's loop and wait."""
+        return self._loop_thread.run(coroutine)
+
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._target, name)
         if inspect.iscoroutinefunction(attribute):

@@ -1,0 +1,13 @@
+"""Adapters that make convostore the session store of agent frameworks, and importers
+from those frameworks' own stores.
+
+- `convostore.integrations.openai_agents.ConvostoreSession` (extra ``openai-agents``)
+- `convostore.integrations.adk.ConvostoreSessionService` (extra ``adk``)
+- `convostore.integrations.langchain.ConvostoreChatMessageHistory` (extra ``langchain``)
+- `convostore.integrations.langgraph.ConvostoreSaver` (extra ``langgraph``)
+- `convostore.integrations.importers`: ``openai-sqlite``, ``adk-db``, ``langchain-sql``
+
+Each adapter takes a store of any backend and uses only its public API, so a session
+written through one is readable through the store and the other adapters. Nothing here
+imports a framework until its module is imported.
+"""
