@@ -15,6 +15,6 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,test-servers,openai-agents,adk,langchain,langgraph,framework-peers]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,falkordb,test-servers,openai-agents,adk,langchain,langgraph,framework-peers]'
 # The test server's pgvector, rebuilt once for any x86-64 processor (see the script).
 scripts/build_pgvector.sh

@@ -431,6 +431,51 @@ async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) ->
     assert ran == []
 
 
+async def test_reads_never_wait_behind_searches(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Searches held on their thread until the reads are done: were they on the reader
+    # threads, the reads would queue behind them and time out.
+    session = await store.create_session(ADA)
+    await store.add_message(session.id, MessageWrite(Role.USER, "hello there", author=ADA))
+    release = threading.Event()
+    running = threading.Semaphore(0)
+    search_vectors = sqlite_search.read_vector_search
+    search_text = sqlite_search.read_text_search
+
+    def held(search: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*arguments: Any) -> Any:
+            running.release()
+            assert release.wait(30), "the reads never finished"
+            return search(*arguments)
+
+        return run
+
+    monkeypatch.setattr(sqlite_store_module, "read_vector_search", held(search_vectors))
+    monkeypatch.setattr(sqlite_store_module, "read_text_search", held(search_text))
+    searches = [
+        asyncio.ensure_future(store.search(vector=[1.0, 0.0, 0.0], k=3)),
+        asyncio.ensure_future(store.search("hello", mode="text", k=3)),
+        asyncio.ensure_future(store.search("there", mode="text", k=3)),
+    ]
+    assert await asyncio.to_thread(running.acquire, True, 30)
+    reads = asyncio.gather(
+        store.get_session(session.id),
+        store.read(session.id),
+        store.list_sessions(ADA.id),
+        store.get_user(ADA.id),
+    )
+    found, log, page, user = await asyncio.wait_for(reads, 30)
+    assert found is not None
+    assert len(log) == 1
+    assert len(page.items) == 1
+    assert user == ADA
+    release.set()
+    vector_hits, *text_hits = await asyncio.gather(*searches)
+    assert vector_hits == []
+    assert [len(hits) for hits in text_hits] == [1, 1]
+
+
 async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
     before = set(threading.enumerate())
     store = await SQLiteStore.open(db_url(db_path))
@@ -438,6 +483,7 @@ async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
     assert sorted(t.name for t in started) == [
         "convostore-sqlite-reader-1",
         "convostore-sqlite-reader-2",
+        "convostore-sqlite-search-1",
         "convostore-sqlite-writer-1",
     ]
     await store.close()

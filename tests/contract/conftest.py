@@ -40,6 +40,7 @@ from convostore.testing.fixtures import (
     mark_divergences,
     store,
 )
+from tests.servers import falkordb as falkordb_servers
 from tests.servers import postgresql as postgresql_servers
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "backend",
     "backend_missing",
     "connect_store",
+    "falkordb_server",
     "in_ci",
     "indexed_store",
     "local_time_zone_off_utc",
@@ -96,11 +98,32 @@ def _fresh_postgresql_schema(server: postgresql_servers.TestServer) -> str:
     return f"{url}{separator}schema=contract_{os.getpid()}_{next(_schema_numbers)}"
 
 
+@pytest.fixture(scope="session")
+def falkordb_server() -> Iterator[falkordb_servers.TestServer | Unavailable]:
+    """The session's FalkorDB (see `tests.servers.falkordb.shared_server`)."""
+    try:
+        server = falkordb_servers.shared_server()
+    except falkordb_servers.ServerUnavailable as why:
+        yield Unavailable(str(why))
+        return
+    yield server
+    falkordb_servers.stop_shared_server()
+
+
+_graph_numbers = itertools.count(1)
+
+
+def _fresh_falkordb_graph(server: falkordb_servers.TestServer) -> str:
+    # A graph per test is empty as a new database is, and costs a migration only.
+    return server.url(f"contract_{os.getpid()}_{next(_graph_numbers)}")
+
+
 # name -> how to get a fresh database for one test. One line per backend.
 BACKENDS: dict[str, BackendUrl | OnServer] = {
     "memory": _memory_url,
     "sqlite": _sqlite_url,
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
+    "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph),
 }
 
 # Known failures, one line each: Divergence(backend, "test_module.py::test_name", reason).

@@ -10,12 +10,13 @@ import importlib.util
 from tests.contract.conftest import (
     backend,
     connect_store,
+    falkordb_server,
     in_ci,
     postgresql_server,
     store,
 )
 
-__all__ = ["backend", "connect_store", "postgresql_server", "store"]
+__all__ = ["backend", "connect_store", "falkordb_server", "postgresql_server", "store"]
 
 _FRAMEWORK_OF = {
     "test_openai_agents.py": "agents",

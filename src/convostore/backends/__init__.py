@@ -16,7 +16,6 @@ DEFAULT_URL = "sqlite:///convostore.db"
 _PLANNED = {
     "mysql": "MySQL/MariaDB",
     "mariadb": "MySQL/MariaDB",
-    "falkordb": "FalkorDB",
     "neo4j": "Neo4j",
     "bolt": "Neo4j",
     "memgraph": "Memgraph",
@@ -50,6 +49,10 @@ async def _open_backend(url: str, *, indexed_metadata: Iterable[str], **options:
         from convostore.backends.postgresql import PostgreSQLStore
 
         return await PostgreSQLStore.open(url, indexed_metadata=indexed_metadata, **options)
+    if scheme in ("falkordb", "falkordbs"):
+        from convostore.backends.falkordb import FalkorDBStore
+
+        return await FalkorDBStore.open(url, indexed_metadata=indexed_metadata, **options)
     if scheme.split("+")[0] in _PLANNED:
         from convostore.errors import BackendUnavailableError
 

@@ -6,9 +6,11 @@ one lock without awaiting, so it is atomic for every task and thread using the s
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -26,8 +28,13 @@ from convostore.errors import (
     StaleObjectError,
     UnknownUserError,
 )
-from convostore.filters import EventFilter, active_view, apply_filter
+from convostore.filters import (
+    EventFilter,
+    compaction_parts,
+    is_turn_start,
+)
 from convostore.model import (
+    COMPACTION,
     Event,
     Message,
     Role,
@@ -50,11 +57,19 @@ from convostore.store import Capabilities, Store
 
 __all__ = ["MemoryStore"]
 
+# An owner's sessions by last activity: (last_activity_at in microseconds, id).
+_ActivityKey = tuple[int, str]
+
 
 @dataclass(slots=True)
 class _SessionRecord:
     session: Session
+    # seq n is log[n - 1]: the log is dense from 1 and never loses an event.
     log: list[Event] = field(default_factory=list)
+    # Event id -> its index in the log, for replays and narration.
+    positions: dict[str, int] = field(default_factory=dict)
+    # The indexes of the log's COMPACTION boundaries, oldest first.
+    boundaries: list[int] = field(default_factory=list)
     message_count: int = 0
     started_by: str | None = None
     # Authors in order of their first message; a dict keeps insertion order.
@@ -77,6 +92,13 @@ class MemoryStore(Store):
         self._users: dict[str, User] = {}
         self._sessions: dict[str, _SessionRecord] = {}
         self._event_sessions: dict[str, str] = {}
+        # Indexes that make listings, pages and counts cost what they return: each
+        # owner's session ids (ascending, UUIDv7 = creation order), the same by last
+        # activity, how many of each (kind, is a part), and each session's parts.
+        self._created: dict[str | None, list[str]] = {}
+        self._active: dict[str | None, list[_ActivityKey]] = {}
+        self._counts: dict[str | None, Counter[tuple[str, bool]]] = {}
+        self._parts: dict[str, list[str]] = {}
 
     async def _close(self) -> None:
         return None
@@ -124,6 +146,12 @@ class MemoryStore(Store):
                 raise InvalidArgumentError("part_of must name a session with the same owner")
         self._insert_users(new.users_to_insert)
         self._sessions[session.id] = _SessionRecord(session)
+        owner = session.owner_id
+        bisect.insort(self._created.setdefault(owner, []), session.id)
+        bisect.insort(self._active.setdefault(owner, []), _activity_key(session))
+        self._counts.setdefault(owner, Counter())[_count_key(session)] += 1
+        if session.part_of is not None:
+            bisect.insort(self._parts.setdefault(session.part_of, []), session.id)
         return session
 
     async def _find_or_insert_part(self, new: NewSession) -> Session:
@@ -177,12 +205,18 @@ class MemoryStore(Store):
             return True
 
     def _delete(self, session_id: str) -> None:
-        parts = [r.session.id for r in self._sessions.values() if r.session.part_of == session_id]
-        for part_id in parts:
+        for part_id in self._parts.pop(session_id, []):
             self._delete(part_id)
         record = self._sessions.pop(session_id)
         for event in record.log:
             self._event_sessions.pop(event.id, None)
+        session = record.session
+        owner = session.owner_id
+        _remove(self._created[owner], session.id)
+        _remove(self._active[owner], _activity_key(session))
+        self._counts[owner][_count_key(session)] -= 1
+        if session.part_of is not None and session.part_of in self._parts:
+            _remove(self._parts[session.part_of], session.id)
 
     async def _list_sessions(
         self,
@@ -216,41 +250,56 @@ class MemoryStore(Store):
         limit: int,
         filter: SessionFilter,
     ) -> list[_SessionRecord]:
-        def key(record: _SessionRecord) -> tuple[int, str]:
-            if order is SessionOrder.LAST_ACTIVITY:
-                return (to_micros(record.session.last_activity_at), record.session.id)
-            return (0, record.session.id)
+        """Newest first from the cursor on, walking the owner's index: a page costs its
+        own rows (and the rows the filter passes over), wherever it starts."""
+        records: list[_SessionRecord] = []
+        for session_id in self._newest_first(owner_id, order, after):
+            record = self._sessions[session_id]
+            if _listed(record.session, owner_id, filter):
+                records.append(record)
+                if len(records) == limit:
+                    break
+        return records
 
-        records = sorted(
-            (r for r in self._sessions.values() if _listed(r.session, owner_id, filter)),
-            key=key,
-            reverse=True,
-        )
-        if after is not None:
-            bound = (after.last_activity_us or 0, after.session_id)
-            records = [r for r in records if key(r) < bound]
-        return records[:limit]
+    def _newest_first(
+        self, owner_id: str, order: SessionOrder, after: Keyset | None
+    ) -> Iterator[str]:
+        if order is SessionOrder.LAST_ACTIVITY:
+            by_activity = self._active.get(owner_id, [])
+            end = len(by_activity)
+            if after is not None:
+                end = bisect.bisect_left(
+                    by_activity, (after.last_activity_us or 0, after.session_id)
+                )
+            return (by_activity[i][1] for i in range(end - 1, -1, -1))
+        created = self._created.get(owner_id, [])
+        end = len(created) if after is None else bisect.bisect_left(created, after.session_id)
+        return (created[i] for i in range(end - 1, -1, -1))
 
     async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         with self._lock:
-            return sum(1 for r in self._sessions.values() if _listed(r.session, owner_id, filter))
+            return sum(
+                count
+                for (kind, is_part), count in self._counts.get(owner_id, Counter()).items()
+                if (filter.include_parts or not is_part)
+                and (filter.kind is None or kind == filter.kind)
+            )
 
     async def _find_part(self, part_of: str, held_with: str) -> Session | None:
         with self._lock:
             return self._find(part_of, held_with)
 
     def _find(self, part_of: str, held_with: str) -> Session | None:
-        parts = [
-            r.session
-            for r in self._sessions.values()
-            if r.session.part_of == part_of and r.session.held_with == held_with
-        ]
-        return min(parts, key=lambda s: s.id, default=None)
+        # Parts are kept in id order, so the first match is the earliest.
+        for part_id in self._parts.get(part_of, ()):
+            part = self._sessions[part_id].session
+            if part.held_with == held_with:
+                return part
+        return None
 
     async def _list_parts(self, part_of: str) -> list[SessionSummary]:
         with self._lock:
-            parts = [r for r in self._sessions.values() if r.session.part_of == part_of]
-            return [self._summary(r) for r in sorted(parts, key=lambda r: r.session.id)]
+            return [self._summary(self._sessions[i]) for i in self._parts.get(part_of, ())]
 
     def _summary(self, record: _SessionRecord) -> SessionSummary:
         owner_id = record.session.owner_id
@@ -306,7 +355,7 @@ class MemoryStore(Store):
                 if owner is None:
                     continue
                 if owner == append.session_id and append.expected_version is None:
-                    stored = next(e for e in record.log if e.id == prepared.event.id)
+                    stored = record.log[record.positions[prepared.event.id]]
                     return AppendOutcome(applied=False, events=[stored])
                 raise EventIdConflictError(
                     f"event id {prepared.event.id!r} is already used"
@@ -319,8 +368,11 @@ class MemoryStore(Store):
                 events.append(event)
                 if isinstance(event, Message) and event.author_id is not None:
                     record.participants.setdefault(event.author_id, None)
-            record.log.extend(events)
             for event in events:
+                record.positions[event.id] = len(record.log)
+                if event.type == COMPACTION:
+                    record.boundaries.append(len(record.log))
+                record.log.append(event)
                 self._event_sessions[event.id] = append.session_id
             record.message_count += append.new_message_count
             if record.started_by is None:
@@ -334,6 +386,10 @@ class MemoryStore(Store):
                 last_activity_at=last_activity,
                 stamp=append.new_stamp,
             )
+            if last_activity != session.last_activity_at:
+                by_activity = self._active[session.owner_id]
+                _remove(by_activity, _activity_key(session))
+                bisect.insort(by_activity, _activity_key(record.session))
             return AppendOutcome(applied=True, events=events)
 
     async def _version(self, session_id: str) -> int:
@@ -346,8 +402,8 @@ class MemoryStore(Store):
             record = self._sessions.get(session_id)
             if record is None:
                 return []
-            log = active_view(record.log) if event_filter.active_view else record.log
-            return apply_filter(log, event_filter)
+            view = _View.of(record) if event_filter.active_view else _View(record.log)
+            return view.answer(event_filter)
 
     async def _set_narration(
         self, session_id: str, message_id: str, text: str | None, stamp: str
@@ -356,11 +412,14 @@ class MemoryStore(Store):
             record = self._sessions.get(session_id)
             if record is None:
                 return False
-            for index, event in enumerate(record.log):
-                if event.id == message_id and isinstance(event, Message):
-                    record.log[index] = replace(event, narration=text, stamp=stamp)
-                    return True
-            return False
+            index = record.positions.get(message_id)
+            if index is None:
+                return False
+            event = record.log[index]
+            if not isinstance(event, Message):
+                return False
+            record.log[index] = replace(event, narration=text, stamp=stamp)
+            return True
 
     def _record(self, session_id: str) -> _SessionRecord:
         record = self._sessions.get(session_id)
@@ -413,16 +472,17 @@ class MemoryStore(Store):
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         with self._lock:
-            wanted = dict(vectors)
-            for record in self._sessions.values():
-                for index, event in enumerate(record.log):
-                    if isinstance(event, Message) and event.id in wanted:
-                        record.log[index] = replace(
-                            event,
-                            embedding=wanted[event.id],
-                            embedding_model=model,
-                            stamp=new_stamp(),
-                        )
+            for message_id, vector in vectors:
+                session_id = self._event_sessions.get(message_id)
+                if session_id is None:
+                    continue
+                record = self._sessions[session_id]
+                index = record.positions[message_id]
+                event = record.log[index]
+                if isinstance(event, Message):
+                    record.log[index] = replace(
+                        event, embedding=vector, embedding_model=model, stamp=new_stamp()
+                    )
 
     def _searchable(
         self, owner_id: str | None, session_id: str | None, roles: tuple[Role, ...] | None
@@ -487,3 +547,97 @@ def _listed(session: Session, owner_id: str, filter: SessionFilter) -> bool:
         and (filter.include_parts or session.part_of is None)
         and (filter.kind is None or session.kind == filter.kind)
     )
+
+
+def _activity_key(session: Session) -> _ActivityKey:
+    return (to_micros(session.last_activity_at), session.id)
+
+
+def _count_key(session: Session) -> tuple[str, bool]:
+    return (session.kind, session.part_of is not None)
+
+
+def _remove(ordered: list[Any], item: Any) -> None:
+    """Remove ``item`` from the sorted list ``ordered``, found by bisection."""
+    index = bisect.bisect_left(ordered, item)
+    if index < len(ordered) and ordered[index] == item:
+        del ordered[index]
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """A log or its active view, read without copying it: ``head`` (the newest boundary's
+    summaries, then the events it keeps) then ``log[tail:]`` less ``skip`` (the
+    summaries, already in the head).
+
+    A window (``last``, or ``after_seq`` with ``limit``) walks it from the end or from
+    the cursor's position and stops when the answer is complete, so it costs the events
+    it returns and those the filter passes over, not the length of the log.
+    """
+
+    log: Sequence[Event]
+    head: Sequence[Event] = ()
+    tail: int = 0
+    skip: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, record: _SessionRecord) -> _View:
+        """The active view of a session's log (the whole log when it has no boundary)."""
+        if not record.boundaries:
+            return cls(record.log)
+        at = record.boundaries[-1]
+        kept_ids, summaries = compaction_parts(record.log[at], record.log[at + 1 :])
+        kept = sorted(
+            record.positions[i] for i in set(kept_ids) if record.positions.get(i, at) < at
+        )
+        return cls(
+            record.log,
+            head=[*summaries, *(record.log[i] for i in kept)],
+            tail=at + 1,
+            skip=frozenset(event.id for event in summaries),
+        )
+
+    def forward(self, after_seq: int | None) -> Iterator[Event]:
+        for event in self.head:
+            if after_seq is None or event.seq > after_seq:
+                yield event
+        # seq n sits at log[n - 1], so the events after a seq start at that index.
+        start = self.tail if after_seq is None else max(self.tail, min(after_seq, len(self.log)))
+        for index in range(start, len(self.log)):
+            event = self.log[index]
+            if event.id not in self.skip:
+                yield event
+
+    def backward(self) -> Iterator[Event]:
+        for index in range(len(self.log) - 1, self.tail - 1, -1):
+            event = self.log[index]
+            if event.id not in self.skip:
+                yield event
+        yield from reversed(self.head)
+
+    def answer(self, event_filter: EventFilter) -> list[Event]:
+        """What `convostore.filters.apply_filter` answers over this view."""
+        if event_filter.last is None:
+            matches = (e for e in self.forward(event_filter.after_seq) if event_filter.matches(e))
+            if event_filter.limit is None:
+                return list(matches)
+            return [event for _, event in zip(range(event_filter.limit), matches, strict=False)]
+        last = event_filter.last
+        newest: list[Event] = []
+        if last == 0:
+            return newest
+        # Past the newest ``last`` matches, walk on to the turn start the window lands
+        # in; where none precedes, the window is not extended.
+        extend = event_filter.can_match_turn_start
+        at_turn_start = False
+        for event in self.backward():
+            if not event_filter.matches(event):
+                continue
+            newest.append(event)
+            if len(newest) >= last and (not extend or is_turn_start(event)):
+                at_turn_start = True
+                break
+        if not at_turn_start:
+            del newest[last:]
+        newest.reverse()
+        return newest

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -228,7 +228,7 @@ class ConvostoreSessionService(BaseSessionService):
         session._storage_update_marker = str(version)
         return session
 
-    async def _sessions_of(self, user_id: str, app_name: str) -> Any:
+    async def _sessions_of(self, user_id: str, app_name: str) -> AsyncIterator[StoredSession]:
         cursor: str | None = None
         while True:
             page = await self.store.list_sessions(

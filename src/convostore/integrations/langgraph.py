@@ -61,7 +61,7 @@ DEFAULT_OWNER = User("langgraph", "LangGraph", kind="agent")
 
 @dataclass(slots=True)
 class _Thread:
-    """A thread's checkpoints and pending writes as its active view holds them."""
+    """A thread's checkpoints and pending writes, as its active view holds them."""
 
     checkpoints: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, str, Any, str]]] = field(
@@ -99,16 +99,24 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns = _thread_and_ns(config)
-        thread = await self._load(thread_id)
         checkpoint_id = get_checkpoint_id(config)
-        if checkpoint_id is None:
-            ids = [cid for (cns, cid) in thread.checkpoints if cns == ns]
-            if not ids:
-                return None
-            checkpoint_id = max(ids)
-        if (ns, checkpoint_id) not in thread.checkpoints:
+        # The latest is looked for among the newest checkpoints first, widening as needed.
+        window: int | None = None if checkpoint_id else 4
+        while True:
+            thread, complete = await self._load(thread_id, window)
+            if checkpoint_id:
+                key: tuple[str, str] | None = (ns, checkpoint_id)
+                if key not in thread.checkpoints:
+                    key = None
+            else:
+                ids = [cid for (cns, cid) in thread.checkpoints if cns == ns]
+                key = (ns, max(ids)) if ids else None
+            if key is not None or complete or window is None:
+                break
+            window *= 8
+        if key is None:
             return None
-        return self._tuple(thread_id, ns, checkpoint_id, thread)
+        return self._tuple(thread_id, key[0], key[1], thread)
 
     async def alist(
         self,
@@ -127,23 +135,42 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
             wanted_ns, wanted_id = None, None
         before_id = get_checkpoint_id(before) if before else None
         remaining = limit
-        for thread_id in threads:
-            thread = await self._load(str(thread_id))
-            for ns, checkpoint_id in sorted(thread.checkpoints, key=lambda k: k[1], reverse=True):
-                if wanted_ns is not None and ns != wanted_ns:
-                    continue
-                if wanted_id and checkpoint_id != wanted_id:
-                    continue
-                if before_id and checkpoint_id >= before_id:
-                    continue
-                found = self._tuple(str(thread_id), ns, checkpoint_id, thread)
-                if filter and not all(found.metadata.get(k) == v for k, v in filter.items()):
-                    continue
+        for thread_id in map(str, threads):
+            if remaining is not None and remaining <= 0:
+                return
+            # With a limit, the newest checkpoints are read first, widening as needed.
+            window = None if remaining is None else 2 * remaining + 4
+            while True:
+                thread, complete = await self._load(thread_id, window)
+                chosen: builtins.list[tuple[str, str]] = []
+                for ns, checkpoint_id in sorted(
+                    thread.checkpoints, key=lambda k: k[1], reverse=True
+                ):
+                    if (
+                        (wanted_ns is not None and ns != wanted_ns)
+                        or (wanted_id and checkpoint_id != wanted_id)
+                        or (before_id and checkpoint_id >= before_id)
+                    ):
+                        continue
+                    if filter:
+                        stored = thread.checkpoints[(ns, checkpoint_id)]["metadata"]
+                        metadata = self._load_value(stored)
+                        if not all(metadata.get(k) == v for k, v in filter.items()):
+                            continue
+                    chosen.append((ns, checkpoint_id))
+                    if remaining is not None and len(chosen) >= remaining:
+                        break
+                if (
+                    complete
+                    or window is None
+                    or (remaining is not None and len(chosen) >= remaining)
+                ):
+                    break
+                window *= 4
+            for ns, checkpoint_id in chosen:
                 if remaining is not None:
-                    if remaining <= 0:
-                        return
                     remaining -= 1
-                yield found
+                yield self._tuple(thread_id, ns, checkpoint_id, thread)
 
     # ------------------------------------------------------------------ writes
 
@@ -306,24 +333,30 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
     def _load_value(self, stored: Sequence[str]) -> Any:
         return self.serde.loads_typed((stored[0], base64.b64decode(stored[1])))
 
-    async def _load(self, thread_id: str) -> _Thread:
-        events = await self.store.read(thread_id, EventFilter(active_view=True, types=_TYPES))
+    async def _load(self, thread_id: str, last: int | None = None) -> tuple[_Thread, bool]:
+        """The thread's checkpoints and pending writes in its active view, from the
+        newest ``last`` of those events (all by default), and whether that is all of them.
+        Writes follow the checkpoint they name, so a checkpoint in the window comes with
+        all its writes."""
+        events = await self.store.read(
+            thread_id, EventFilter(active_view=True, types=_TYPES, last=last)
+        )
         thread = _Thread()
         for event in events:
             payload = event.payload
             if not isinstance(payload, dict):
                 continue
             if event.type == CHECKPOINT:
-                thread.checkpoints[(payload["ns"], payload["id"])] = payload
+                thread.checkpoints[(str(payload["ns"]), str(payload["id"]))] = payload
                 continue
-            key = (payload["ns"], payload["checkpoint_id"])
+            key = (str(payload["ns"]), str(payload["checkpoint_id"]))
             stored = thread.writes.setdefault(key, {})
             for index, channel, value in payload["writes"]:
                 inner = (payload["task_id"], int(index))
                 if inner[1] >= 0 and inner in stored:
                     continue
                 stored[inner] = (payload["task_id"], channel, value, payload["task_path"])
-        return thread
+        return thread, last is None or len(events) < last
 
     def _tuple(
         self, thread_id: str, ns: str, checkpoint_id: str, thread: _Thread

@@ -59,20 +59,22 @@ from convostore.model import (
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 from convostore.store import Capabilities, Store
 
-__all__ = ["READER_THREADS", "SQLiteStore"]
+__all__ = ["READER_THREADS", "SEARCH_THREADS", "SQLiteStore"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 READER_THREADS: Final = 2
+SEARCH_THREADS: Final = 1
 
 
 class SQLiteStore(Store):
     """A store on one SQLite database: a file, or ``:memory:`` (gone at close).
 
     One writer thread owns the only connection that writes; `READER_THREADS` reader
-    threads each own one that reads, which WAL lets run while the writer writes. Open it
-    with `open`, which migrates the schema.
+    threads each own one that reads, which WAL lets run while the writer writes, and
+    `SEARCH_THREADS` more run searches, so that no search waits in front of a read. Open
+    it with `open`, which migrates the schema.
 
     Vector search keeps the vectors it searches in memory, about 156 MB for 100,000 of
     384 dimensions, until close (see `convostore.backends.sqlite.search`).
@@ -113,6 +115,18 @@ class SQLiteStore(Store):
                 threads=READER_THREADS,
             )
         )
+        # Searches run on a thread of their own, so a slow one (a cold vector cache, a
+        # large scan) never holds up the readers that every other read waits for.
+        self._searchers = (
+            self._writer
+            if target.in_memory
+            else ConnectionWorker(
+                "convostore-sqlite-search",
+                where,
+                functools.partial(open_connection, target, reader=True),
+                threads=SEARCH_THREADS,
+            )
+        )
 
     @classmethod
     async def open(
@@ -136,6 +150,7 @@ class SQLiteStore(Store):
             await store._writer.run(prepare_database, target, store.indexed_metadata)
             if store._readers is not store._writer:
                 await store._readers.start()
+                await store._searchers.start()
             await store._after_connect()
         except BaseException:
             await store._close()  # Stops whichever threads started; the rest is a no-op.
@@ -147,6 +162,7 @@ class SQLiteStore(Store):
 
     async def _close(self) -> None:
         if self._readers is not self._writer:
+            await self._searchers.stop()
             await self._readers.stop()
         # Last, so the last connection to close checkpoints the WAL into the database.
         await self._writer.stop()
@@ -286,7 +302,7 @@ class SQLiteStore(Store):
         session_id: str | None,
         roles: tuple[Role, ...] | None,
     ) -> list[SearchHit]:
-        return await self._readers.run(
+        return await self._searchers.run(
             in_read_snapshot,
             read_vector_search,
             (self._vector_cache, vector, metric, model, k, owner_id, session_id, roles),
@@ -300,7 +316,7 @@ class SQLiteStore(Store):
         session_id: str | None,
         roles: tuple[Role, ...] | None,
     ) -> list[SearchHit]:
-        return await self._readers.run(
+        return await self._searchers.run(
             in_read_snapshot, read_text_search, (terms, k, owner_id, session_id, roles)
         )
 

@@ -1,0 +1,208 @@
+"""Each framework adapter on convostore's SQLite backend against the framework's own
+default SQLite store, in one run, on fresh files:
+
+- OpenAI Agents SDK: `ConvostoreSession` against `SQLiteSession`: ``add_items`` of one
+  item; ``get_items(limit=20)`` on a long session.
+- Google ADK: `ConvostoreSessionService` against `SqliteSessionService` (what ADK's
+  ``sqlite://`` URI opens): ``append_event``; ``get_session`` with
+  ``num_recent_events=20``.
+- LangChain: `ConvostoreChatMessageHistory` against `SQLChatMessageHistory` (SQLite):
+  ``add_messages`` of one message; reading a whole history (LangChain's history has no
+  last-N read).
+- LangGraph: `ConvostoreSaver` against `AsyncSqliteSaver`: ``aput`` of a checkpoint;
+  ``aget_tuple`` of the latest, and ``alist(limit=20)``, on a long thread.
+
+Figures are operations per second (higher is better); the ratio is convostore over the
+peer (above 1: convostore is faster). The target is a ratio above 1 on every line.
+
+    .venv/bin/python benchmarks/frameworks.py [--adds N] [--history N] [--reads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import convostore
+from convostore import Store
+
+Operation = Callable[[int], Awaitable[object]]
+
+
+def _same(call: Callable[[], Awaitable[object]]) -> Operation:
+    """An operation that makes the same call every time."""
+
+    async def operation(index: int) -> object:
+        return await call()
+
+    return operation
+
+
+async def _rate(operation: Operation, count: int) -> float:
+    """Operations per second over ``count`` calls, after one warm-up call."""
+    await operation(-1)
+    started = time.perf_counter()
+    for index in range(count):
+        await operation(index)
+    return count / (time.perf_counter() - started)
+
+
+def _line(name: str, ours: float, peer: float) -> None:
+    ratio = ours / peer
+    verdict = "met" if ratio > 1 else "MISSED"
+    print(f"  {name:<44} {ours:>10,.0f} {peer:>10,.0f} {ratio:>7.2f}  {verdict}")
+
+
+async def _store(folder: Path) -> Store:
+    return await convostore.connect(f"sqlite:///{folder / f'{uuid.uuid4().hex}.db'}")
+
+
+async def openai_agents(folder: Path, adds: int, history: int, reads: int) -> None:
+    from agents import SQLiteSession
+
+    from convostore.integrations.openai_agents import ConvostoreSession
+
+    store = await _store(folder)
+    ours = ConvostoreSession("bench", store)
+    peer = SQLiteSession("bench", folder / "agents.db")
+
+    def add_to(session: Any) -> Operation:
+        return lambda i: session.add_items([{"role": "user", "content": f"message {i}"}])
+
+    _line("openai-agents add_items (1 item)", *[await _rate(add_to(s), adds) for s in (ours, peer)])
+    items: list[Any] = [{"role": "user", "content": f"old {i}"} for i in range(history)]
+    await ours.add_items(items)
+    await peer.add_items(items)
+    rates = [await _rate(_same(partial(s.get_items, limit=20)), reads) for s in (ours, peer)]
+    _line(f"openai-agents get_items(limit=20) of {history + adds:,}", *rates)
+    peer.close()
+    await store.close()
+
+
+async def adk(folder: Path, adds: int, history: int, reads: int) -> None:
+    from google.adk.events.event import Event
+    from google.adk.sessions.base_session_service import GetSessionConfig
+    from google.adk.sessions.sqlite_session_service import SqliteSessionService
+    from google.genai import types
+
+    from convostore.integrations.adk import ConvostoreSessionService
+
+    store = await _store(folder)
+    services = [ConvostoreSessionService(store), SqliteSessionService(str(folder / "adk.db"))]
+    sessions = [
+        await service.create_session(app_name="bench", user_id="u", session_id="s")
+        for service in services
+    ]
+
+    def event(i: int) -> Event:
+        text = types.Content(role="user", parts=[types.Part(text=f"message {i}")])
+        return Event(invocation_id="i", author="user", content=text)
+
+    def append_to(service: Any, session: Any) -> Operation:
+        return lambda i: service.append_event(session, event(i))
+
+    rates = [await _rate(append_to(sv, s), adds) for sv, s in zip(services, sessions, strict=True)]
+    _line("adk append_event", *rates)
+    for service, session in zip(services, sessions, strict=True):
+        for i in range(history):
+            await service.append_event(session, event(i))
+    config = GetSessionConfig(num_recent_events=20)
+    rates = [
+        await _rate(
+            _same(
+                partial(
+                    sv.get_session, app_name="bench", user_id="u", session_id="s", config=config
+                )
+            ),
+            reads,
+        )
+        for sv in services
+    ]
+    _line(f"adk get_session(num_recent_events=20) of {history + adds:,}", *rates)
+    await store.close()
+
+
+async def langchain(folder: Path, adds: int, history: int, reads: int) -> None:
+    from langchain_community.chat_message_histories import SQLChatMessageHistory
+    from langchain_core.messages import HumanMessage
+
+    from convostore.integrations.langchain import ConvostoreChatMessageHistory
+
+    store = await _store(folder)
+    ours = ConvostoreChatMessageHistory("bench", store)
+    peer = SQLChatMessageHistory(
+        "bench", connection=f"sqlite+aiosqlite:///{folder / 'lc.db'}", async_mode=True
+    )
+
+    def add_to(history_: Any) -> Operation:
+        return lambda i: history_.aadd_messages([HumanMessage(f"message {i}")])
+
+    _line(
+        "langchain aadd_messages (1 message)", *[await _rate(add_to(h), adds) for h in (ours, peer)]
+    )
+    batch = [HumanMessage(f"old {i}") for i in range(history)]
+    await ours.aadd_messages(batch)
+    await peer.aadd_messages(batch)
+    rates = [await _rate(_same(h.aget_messages), max(reads // 10, 5)) for h in (ours, peer)]
+    _line(f"langchain aget_messages of {history + adds:,}", *rates)
+    await store.close()
+
+
+async def langgraph(folder: Path, adds: int, history: int, reads: int) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from convostore.integrations.langgraph import ConvostoreSaver
+
+    store = await _store(folder)
+    async with AsyncSqliteSaver.from_conn_string(str(folder / "lg.db")) as peer:
+        savers: list[Any] = [ConvostoreSaver(store, mirror_messages=False), peer]
+        config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+        def put_to(saver: Any) -> Operation:
+            async def put(i: int) -> object:
+                checkpoint = empty_checkpoint()
+                checkpoint["channel_values"] = {"counter": i, "note": f"step {i}"}
+                checkpoint["channel_versions"] = {"counter": i + 2, "note": i + 2}
+                return await saver.aput(config, checkpoint, {"step": i}, {"counter": i + 2})
+
+            return put
+
+        _line("langgraph aput", *[await _rate(put_to(s), adds) for s in savers])
+        for saver in savers:
+            put = put_to(saver)
+            for i in range(history):
+                await put(i)
+        rates = [await _rate(_same(partial(s.aget_tuple, config)), reads) for s in savers]
+        _line(f"langgraph aget_tuple (latest) of {history + adds:,}", *rates)
+
+        async def listing(saver: Any) -> list[Any]:
+            return [found async for found in saver.alist(config, limit=20)]
+
+        rates = [await _rate(_same(partial(listing, s)), reads) for s in savers]
+        _line(f"langgraph alist(limit=20) of {history + adds:,}", *rates)
+    await store.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--adds", type=int, default=300)
+    parser.add_argument("--history", type=int, default=2000)
+    parser.add_argument("--reads", type=int, default=100)
+    args = parser.parse_args()
+    print("adapters on convostore's SQLite against each framework's own SQLite store (ops/s)")
+    print(f"  {'operation':<44} {'convostore':>10} {'peer':>10} {'ratio':>7}  target >1")
+    for run in (openai_agents, adk, langchain, langgraph):
+        with tempfile.TemporaryDirectory() as folder:
+            await run(Path(folder), args.adds, args.history, args.reads)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,476 @@
+"""`CypherStore`: the `Store` primitives over Cypher queries, for every graph backend.
+
+A backend gives a `CypherDialect` and one method, `_run`, that runs a query with its
+parameters and returns its rows (translating its driver's errors); everything else is
+here. Each primitive is one query (one transaction where the dialect's transactions
+are ``one-query``), except on the rare path that finds out why a write was refused.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Final
+
+from convostore._json import index_value
+from convostore._time import to_micros
+from convostore.backends.cypher import queries as q
+from convostore.backends.cypher.dialect import CypherDialect
+from convostore.backends.cypher.values import (
+    READER,
+    append_parameters,
+    metadata_entry,
+    session_parameters,
+    update_parameters,
+    user_parameters,
+)
+from convostore.cursors import Keyset
+from convostore.embedding import Embedder, Metric, PendingEmbedding, VectorIndexSpec
+from convostore.errors import (
+    EventIdConflictError,
+    InvalidArgumentError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StaleObjectError,
+    StoreError,
+    UnknownUserError,
+)
+from convostore.filters import (
+    EventFilter,
+    apply_filter,
+    branch_lineage,
+    compaction_parts,
+    compose_view,
+)
+from convostore.model import (
+    Event,
+    Message,
+    Role,
+    SearchHit,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    User,
+)
+from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges, new_stamp
+from convostore.store import Store
+
+__all__ = ["CypherStore"]
+
+Rows = list[list[Any]]
+# An append that wrote nothing although nothing was wrong when it was looked into (a
+# session, user or event that appeared or went in between) is tried again this often.
+_APPEND_ATTEMPTS: Final = 3
+# Integers are signed 64-bit; a window bound beyond 2**62 bounds nothing (and leaves
+# room for a sum of two).
+_MAX_INTEGER: Final = 2**62
+# FalkorDB's LIMIT takes 32 bits: a window of more events than that is the whole log.
+_MAX_LIMIT: Final = 2**31 - 1
+# How many more nodes each further ask of the vector index fetches, when its scope
+# kept fewer than k of those it gave.
+_FETCH_GROWTH: Final = 4
+
+
+class CypherStore(Store):
+    """A store on a graph database spoken to in Cypher (see `queries` for the model)."""
+
+    def __init__(
+        self,
+        dialect: CypherDialect,
+        *,
+        indexed_metadata: Iterable[str] = (),
+        embedder: Embedder | None = None,
+    ) -> None:
+        super().__init__(indexed_metadata=indexed_metadata, embedder=embedder)
+        self.dialect = dialect
+        self.queries = q.CypherQueries(dialect)
+        # The vector index the database holds (None: none), as `_declare_vector_index`
+        # last saw it.
+        self.native_index: VectorIndexSpec | None = None
+
+    @abc.abstractmethod
+    async def _run(self, query: str, parameters: dict[str, Any], *, write: bool) -> Rows:
+        """The rows of ``query`` run with ``parameters``; the driver's errors become
+        convostore's (`BackendUnavailableError` when the server cannot be reached)."""
+
+    # ---------------------------------------------------------------- users
+
+    async def _put_user(self, user: User) -> None:
+        await self._run(q.PUT_USER, user_parameters(user), write=True)
+
+    async def _get_user(self, user_id: str) -> User | None:
+        rows = await self._run(q.GET_USER, {"id": user_id}, write=False)
+        return READER.user(rows[0]) if rows else None
+
+    # ---------------------------------------------------------------- sessions
+
+    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+        parameters = session_parameters(new, owner_from_parent=False)
+        rows = await self._run(q.INSERT_SESSION, parameters, write=True)
+        ok, existed, missing, parent_found, parent_part_of, parent_owner, _ = rows[0][:7]
+        if ok:
+            return new.session
+        _refuse_session(new, existed, missing, parent_found, parent_part_of, parent_owner)
+        if if_absent:
+            return None
+        raise SessionExistsError(f"session {new.session.id!r} already exists")
+
+    async def _find_or_insert_part(self, new: NewSession) -> Session:
+        # Writes to a graph run one at a time, so no other part can appear between the
+        # look and the insert: every caller settles on the earliest part.
+        parameters = session_parameters(new, owner_from_parent=True)
+        rows = await self._run(q.FIND_OR_INSERT_PART, parameters, write=True)
+        row = rows[0]
+        ok, existed, missing, parent_found, parent_part_of, parent_owner, owner = row[:7]
+        if row[7] is not None:
+            return READER.session(row[7:])
+        if not parent_found:
+            raise SessionNotFoundError(f"no session {new.session.part_of!r} to hold a part")
+        if parent_part_of is not None:
+            raise InvalidArgumentError("part_of must name a top-level session")
+        session = replace(new.session, owner_id=owner)
+        if ok:
+            return session
+        new = replace(new, session=session)
+        _refuse_session(new, existed, missing, parent_found, parent_part_of, parent_owner)
+        raise SessionExistsError(f"session {session.id!r} already exists")
+
+    async def _get_session(self, session_id: str) -> Session | None:
+        rows = await self._run(q.GET_SESSION, {"id": session_id}, write=False)
+        return READER.session(rows[0]) if rows else None
+
+    async def _update_session(self, changes: SessionChanges) -> Session:
+        rows = await self._run(q.UPDATE_SESSION, update_parameters(changes), write=True)
+        if rows:
+            return READER.session(rows[0])
+        exists = await self._run(q.SESSION_EXISTS, {"id": changes.session_id}, write=False)
+        if not exists[0][0]:
+            raise SessionNotFoundError(f"no session {changes.session_id!r}")
+        raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
+
+    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+        parameters = {"id": session_id, "title": title, "stamp": stamp}
+        rows = await self._run(q.SET_TITLE, parameters, write=True)
+        if not rows:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        return READER.session(rows[0])
+
+    async def _delete_session(self, session_id: str) -> bool:
+        rows = await self._run(q.DELETE_SESSION, {"id": session_id}, write=True)
+        return bool(rows)
+
+    async def _list_sessions(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[Session]:
+        query, parameters = _listing(False, owner_id, order, after, limit, filter)
+        return [READER.session(row) for row in await self._run(query, parameters, write=False)]
+
+    async def _list_summaries(
+        self,
+        owner_id: str,
+        order: SessionOrder,
+        after: Keyset | None,
+        limit: int,
+        filter: SessionFilter,
+    ) -> list[SessionSummary]:
+        query, parameters = _listing(True, owner_id, order, after, limit, filter)
+        return [READER.summary(row) for row in await self._run(query, parameters, write=False)]
+
+    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+        query = q.count(filter.include_parts, filter.kind is not None)
+        rows = await self._run(query, {"owner_id": owner_id, "kind": filter.kind}, write=False)
+        return int(rows[0][0])
+
+    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+        parameters = {"part_of": part_of, "held_with": held_with}
+        rows = await self._run(q.FIND_PART, parameters, write=False)
+        return READER.session(rows[0]) if rows else None
+
+    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+        rows = await self._run(q.LIST_PARTS, {"part_of": part_of}, write=False)
+        return [READER.summary(row) for row in rows]
+
+    async def _participants(self, session_id: str) -> list[User]:
+        rows = await self._run(q.PARTICIPANTS, {"id": session_id}, write=False)
+        return [user for row in rows if (user := READER.user(row)) is not None]
+
+    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+        entry = metadata_entry(name, value)
+        rows = await self._run(q.SESSIONS_BY_METADATA, {"entry": entry}, write=False)
+        # The index holds digests: the values themselves are compared here.
+        sessions = [READER.session(row) for row in rows]
+        return [
+            s for s in sessions if name in s.metadata and index_value(s.metadata[name]) == value
+        ]
+
+    async def _delete_expired(self, before: datetime) -> int:
+        rows = await self._run(q.DELETE_EXPIRED, {"before": to_micros(before)}, write=True)
+        return int(rows[0][0]) if rows else 0
+
+    # ---------------------------------------------------------------- the log
+
+    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+        parameters = append_parameters(append)
+        for _ in range(_APPEND_ATTEMPTS):
+            rows = await self._run(self.queries.append, parameters, write=True)
+            if rows:
+                first_seq = int(rows[0][0]) - len(append.events) + 1
+                return AppendOutcome(
+                    applied=True,
+                    events=[
+                        replace(p.event, seq=first_seq + i) for i, p in enumerate(append.events)
+                    ],
+                )
+            refused = await self._refusal(append, parameters["required_users"])
+            if refused is not None:
+                return refused
+        raise StoreError(f"the append to session {append.session_id!r} kept racing; try again")
+
+    async def _refusal(self, append: PreparedAppend, required: list[str]) -> AppendOutcome | None:
+        """Why an append wrote nothing, in the order `Store._append` gives; None when
+        nothing is wrong any more (it raced another write)."""
+        parameters = {"session_id": append.session_id, "required_users": required}
+        version, missing = (await self._run(q.APPEND_REFUSAL, parameters, write=False))[0]
+        if version is None:
+            raise SessionNotFoundError(f"no session {append.session_id!r}")
+        if missing:
+            raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+        if append.expected_version is not None and version != append.expected_version:
+            return AppendOutcome(applied=False)
+        ids = [p.event.id for p in append.events]
+        rows = await self._run(q.EVENTS_WITH_IDS, {"ids": ids}, write=False)
+        if not rows:
+            return None
+        stored = {event.id: event for event in map(READER.event, rows)}
+        clash = next(stored[event_id] for event_id in ids if event_id in stored)
+        if append.expected_version is None and clash.session_id == append.session_id:
+            return AppendOutcome(applied=False, events=[clash])
+        where = "" if clash.session_id == append.session_id else " by another session"
+        raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
+
+    async def _version(self, session_id: str) -> int:
+        rows = await self._run(q.SESSION_VERSION, {"id": session_id}, write=False)
+        return int(rows[0][0]) if rows else 0
+
+    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+        if event_filter.last == 0 or event_filter.limit == 0:
+            return []
+        if event_filter.active_view:
+            rows = await self._run(q.ACTIVE_VIEW_PARTS, {"session_id": session_id}, write=False)
+            if rows:
+                return _active_view(rows, event_filter)
+        query, parameters = _read_query(session_id, event_filter)
+        return [READER.event(row) for row in await self._run(query, parameters, write=False)]
+
+    async def _set_narration(
+        self, session_id: str, message_id: str, text: str | None, stamp: str
+    ) -> bool:
+        parameters = {
+            "session_id": session_id,
+            "message_id": message_id,
+            "text": text,
+            "stamp": stamp,
+        }
+        rows = await self._run(q.SET_NARRATION, parameters, write=True)
+        return bool(rows) and int(rows[0][0]) > 0
+
+    # ---------------------------------------------------------------- embeddings
+
+    async def _pending_embeddings(
+        self, model: str, roles: Sequence[Role], after: str | None, limit: int
+    ) -> list[PendingEmbedding]:
+        parameters = {
+            "model": model,
+            "roles": [role.value for role in roles],
+            "after": after or "",
+            "limit": limit,
+        }
+        rows = await self._run(q.PENDING_PAGE, parameters, write=False)
+        return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
+
+    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+        parameters = {"model": model, "roles": [role.value for role in roles]}
+        rows = await self._run(q.COUNT_PENDING, parameters, write=False)
+        return int(rows[0][0])
+
+    async def _set_embeddings(
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+    ) -> None:
+        items = [
+            {"id": message_id, "vector": list(vector), "stamp": new_stamp()}
+            for message_id, vector in vectors
+        ]
+        await self._run(self.queries.set_embeddings, {"model": model, "items": items}, write=True)
+
+    async def _vector_search(
+        self,
+        vector: tuple[float, ...],
+        metric: Metric,
+        model: str | None,
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        index = self.native_index
+        indexed = (
+            index is not None
+            and model == index.model
+            and len(vector) == index.dimensions
+            and metric == index.metric
+        )
+        scope = (owner_id is not None, session_id is not None, roles is not None)
+        query = self.queries.vector_search(indexed, metric, model is not None, scope)
+        parameters: dict[str, Any] = {
+            "vector": list(vector),
+            "width": len(vector),
+            "model": model,
+            "owner_id": owner_id,
+            "session_id": session_id,
+            "roles": None if roles is None else [role.value for role in roles],
+            "k": k,
+            "fetch": k if not any(scope) else max(k * _FETCH_GROWTH, 40),
+        }
+        while True:
+            rows = await self._run(query, parameters, write=False)
+            hits = [
+                SearchHit(message, self.dialect.score(metric, float(row[1])))
+                for row in rows
+                if row[2] is not None and isinstance(message := READER.event(row, 2), Message)
+            ]
+            fetched = int(rows[0][0]) if rows else 0
+            if not indexed or len(hits) >= k or fetched < parameters["fetch"]:
+                break
+            parameters["fetch"] *= _FETCH_GROWTH
+        hits.sort(key=lambda hit: -hit.score)
+        return hits[:k]
+
+    async def _text_search(
+        self,
+        terms: tuple[str, ...],
+        k: int,
+        owner_id: str | None,
+        session_id: str | None,
+        roles: tuple[Role, ...] | None,
+    ) -> list[SearchHit]:
+        scope = (owner_id is not None, session_id is not None, roles is not None)
+        parameters = {
+            "query": self.dialect.fulltext_terms(terms),
+            "terms": list(terms),
+            "owner_id": owner_id,
+            "session_id": session_id,
+            "roles": None if roles is None else [role.value for role in roles],
+            "k": k,
+        }
+        rows = await self._run(self.queries.text_search(scope), parameters, write=False)
+        return [
+            SearchHit(message, float(row[0]))
+            for row in rows
+            if isinstance(message := READER.event(row, 1), Message)
+        ]
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _refuse_session(
+    new: NewSession,
+    existed: bool,
+    missing: list[str],
+    parent_found: bool,
+    parent_part_of: str | None,
+    parent_owner: str | None,
+) -> None:
+    """Raise what refused an insert, in the order the contract gives the checks; return
+    when only the id was taken."""
+    session = new.session
+    if existed:
+        return
+    if missing:
+        raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+    if session.part_of is not None:
+        if not parent_found:
+            raise SessionNotFoundError(f"part_of names no session: {session.part_of!r}")
+        if parent_part_of is not None:
+            raise InvalidArgumentError("part_of must name a top-level session")
+        if parent_owner != session.owner_id:
+            raise InvalidArgumentError("part_of must name a session with the same owner")
+
+
+def _listing(
+    summaries: bool,
+    owner_id: str,
+    order: SessionOrder,
+    after: Keyset | None,
+    limit: int,
+    filter: SessionFilter,
+) -> tuple[str, dict[str, Any]]:
+    query = q.listing(
+        summaries, order, filter.include_parts, filter.kind is not None, after is not None
+    )
+    parameters = {
+        "owner_id": owner_id,
+        "kind": filter.kind,
+        "after_id": None if after is None else after.session_id,
+        "after_at": None if after is None else after.last_activity_us,
+        "limit": limit,
+    }
+    return query, parameters
+
+
+def _bounded(value: int | None) -> int | None:
+    return None if value is None else min(value, _MAX_INTEGER)
+
+
+def _conditions(event_filter: EventFilter) -> tuple[bool, ...]:
+    return tuple(
+        event_filter.exclude_synthetic
+        if name == "exclude_synthetic"
+        else getattr(event_filter, name) is not None
+        for name, _ in q.EVENT_CONDITIONS
+    )
+
+
+def _read_query(session_id: str, f: EventFilter) -> tuple[str, dict[str, Any]]:
+    conditions = _conditions(f)
+    used = {name for (name, _), on in zip(q.EVENT_CONDITIONS, conditions, strict=True) if on}
+    parameters: dict[str, Any] = {
+        "session_id": session_id,
+        "types": None if f.types is None else list(f.types),
+        "roles": None if f.roles is None else [str(role) for role in f.roles],
+        "lineage": None if f.branch is None else list(branch_lineage(f.branch)),
+        "since": None if f.since is None else to_micros(f.since),
+        "until": None if f.until is None else to_micros(f.until),
+        "text": None if f.text is None else f.text.lower(),
+        "after_seq": _bounded(f.after_seq),
+        "limit": None if f.limit is None else min(f.limit, _MAX_LIMIT),
+        "last": None if f.last is None else min(f.last, _MAX_LIMIT),
+    }
+    if f.last is None:
+        # The seq values of a log have no gaps: a page of the unfiltered log is a range.
+        bounded = used <= {"after_seq"} and f.limit is not None
+        if bounded:
+            parameters["upto"] = min((f.after_seq or 0) + f.limit, _MAX_INTEGER)  # type: ignore[operator]
+        return q.forward(conditions, bounded, f.limit is not None), parameters
+    transparent = used <= q.TURN_TRANSPARENT and f.can_match_turn_start
+    return q.last(conditions, not used, transparent), parameters
+
+
+def _active_view(rows: Rows, event_filter: EventFilter) -> list[Event]:
+    """The view is composed and filtered here, as `filters.active_view` has it, from
+    the newest boundary, the events after it and the events it keeps."""
+    boundary_seq = int(rows[0][0])
+    events = [READER.event(row, 1) for row in rows]
+    kept = [event for event in events if event.seq < boundary_seq]
+    boundary = next(event for event in events if event.seq == boundary_seq)
+    after = [event for event in events if event.seq > boundary_seq]
+    _, summaries = compaction_parts(boundary, after)
+    return apply_filter(compose_view(kept, summaries, after), event_filter)

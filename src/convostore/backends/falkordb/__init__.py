@@ -1,0 +1,33 @@
+"""`falkordb://`: FalkorDB, through the ``falkordb`` client's asyncio API and a pool of
+connections, on the Cypher layer of `convostore.backends.cypher` (its FalkorDB dialect).
+
+- `store`: `FalkorDBStore`: connections, running a query, where the driver's errors end.
+- `schema`: the versioned migrations (range, full-text and vector indexes) applied at
+  connect, and the metadata index's keys.
+- `url`: ``falkordb://`` and ``falkordbs://`` URLs and their options.
+
+The client is the ``falkordb`` extra; without it, importing this package raises
+`BackendUnavailableError` naming the extra.
+"""
+
+from convostore.errors import BackendUnavailableError
+
+try:
+    import falkordb  # noqa: F401
+    import redis  # noqa: F401
+except ImportError as missing:
+    raise BackendUnavailableError(
+        "the FalkorDB backend needs the falkordb client: pip install 'convostore[falkordb]'"
+    ) from missing
+
+from convostore.backends.falkordb.schema import MIGRATIONS, SCHEMA_VERSION
+from convostore.backends.falkordb.store import FalkorDBStore
+from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "FalkorDBStore",
+    "FalkorDBTarget",
+    "parse_falkordb_url",
+]

@@ -1,0 +1,148 @@
+"""A graph's schema: the versioned migrations applied at connect, the metadata index's
+keys, and the vector index.
+
+FalkorDB has no DDL transaction: each index is created by a query of its own, and a
+migration only creates what is missing, so connecting stores that race (or a connect
+that was interrupted) end with the same indexes. The version is recorded in the
+graph's one ``ConvostoreSchema`` node once its migration is complete.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from convostore._json import index_value, loads
+from convostore.backends.cypher import queries as q
+from convostore.backends.cypher.values import metadata_entry
+from convostore.embedding import Metric, VectorIndexSpec
+from convostore.errors import SchemaVersionError
+
+__all__ = ["SCHEMA_VERSION", "GraphFacts", "declare_vector_index", "prepare_graph"]
+
+log = logging.getLogger("convostore.falkordb")
+
+Run = Callable[[str, dict[str, Any]], Awaitable[list[list[Any]]]]
+# One entry per version: what version n adds (labels, properties, kinds of index), as
+# (label, property, kind) with kind "RANGE" or "FULLTEXT".
+MIGRATIONS: Final = (
+    (*[(label, prop, "RANGE") for label, prop in q.INDEXED_PROPERTIES], (*q.FULLTEXT, "FULLTEXT")),
+)
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+_KEY: Final = {"key": q.SCHEMA_LABEL_KEY}
+
+
+class GraphFacts:
+    """What connect read from the graph: its vector index (recorded and built)."""
+
+    def __init__(self, vector_index: VectorIndexSpec | None, built: bool) -> None:
+        self.vector_index = vector_index
+        self.vector_index_built = built
+
+
+async def indexes(run: Run) -> set[tuple[str, str, str]]:
+    """(label, property, kind) of every index the graph has."""
+    found: set[tuple[str, str, str]] = set()
+    for label, types in await run(q.LIST_INDEXES, {}):
+        for prop, kinds in (types or {}).items():
+            found.update((label, prop, kind) for kind in kinds)
+    return found
+
+
+async def prepare_graph(
+    run: Run,
+    ddl: Callable[[str], Awaitable[None]],
+    queries: q.CypherQueries,
+    indexed_keys: frozenset[str],
+    where: str,
+) -> GraphFacts:
+    """Migrate the graph to `SCHEMA_VERSION`, index ``indexed_keys`` (backfilling the
+    keys newly named, dropping those no longer named) and say what vector index it has.
+    A newer schema raises `SchemaVersionError` and writes nothing. ``ddl`` runs a DDL
+    query, taking an index that already exists as done."""
+    rows = await run(q.READ_SCHEMA, _KEY)
+    version, keys, dimensions, metric, model = rows[0]
+    recorded = int(version or 0)
+    if recorded > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has convostore schema version {recorded}, newer than version "
+            f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
+        )
+    existing = await indexes(run)
+    ranges = {(label, prop): ddl_text for label, prop, ddl_text in queries.range_indexes()}
+    for migration in MIGRATIONS[:SCHEMA_VERSION]:
+        for label, prop, kind in migration:
+            if (label, prop, kind) in existing:
+                continue
+            await ddl(ranges[(label, prop)] if kind == "RANGE" else queries.fulltext_index())
+    if recorded < SCHEMA_VERSION:
+        await run(q.RECORD_VERSION, {**_KEY, "version": SCHEMA_VERSION})
+    await _index_metadata_keys(run, set(keys or ()), indexed_keys)
+    spec = None
+    if model is not None:
+        checked: Metric = "euclidean" if metric == "euclidean" else "cosine"
+        spec = VectorIndexSpec(int(dimensions), checked, str(model))
+    return GraphFacts(spec, (*q.VECTOR, "VECTOR") in existing)
+
+
+async def _index_metadata_keys(run: Run, indexed: set[str], keys: frozenset[str]) -> None:
+    """Stores sharing a graph should name the same keys: the last one to connect
+    decides which keys the index holds."""
+    if indexed == keys:
+        return
+    for name in sorted(indexed - keys):
+        await run(q.DROP_KEY_ENTRIES, {"prefix": f"{name}="})
+    added = sorted(keys - indexed)
+    if added:
+        rows = []
+        for session_id, metadata, entries in await run(q.SESSIONS_WITH_METADATA, {}):
+            values = loads(metadata)
+            new = [
+                metadata_entry(name, index_value(values[name])) for name in added if name in values
+            ]
+            if new:
+                kept = [e for e in entries or () if e.split("=", 1)[0] not in added]
+                rows.append({"id": session_id, "metadata": metadata, "entries": kept + new})
+        if rows:
+            await run(q.SET_METADATA_ENTRIES, {"rows": rows})
+    await run(q.RECORD_INDEXED_KEYS, {**_KEY, "keys": sorted(keys)})
+
+
+async def read_vector_index(run: Run) -> VectorIndexSpec | None:
+    _, _, dimensions, metric, model = (await run(q.READ_SCHEMA, _KEY))[0]
+    if model is None:
+        return None
+    checked: Metric = "euclidean" if metric == "euclidean" else "cosine"
+    return VectorIndexSpec(int(dimensions), checked, str(model))
+
+
+async def declare_vector_index(
+    run: Run,
+    ddl: Callable[[str], Awaitable[None]],
+    queries: q.CypherQueries,
+    spec: VectorIndexSpec,
+    *,
+    replace: bool,
+) -> VectorIndexSpec:
+    """Record ``spec`` if none is recorded (with ``replace``, in place of what is), then
+    make the graph's vector index the recorded one's: dropped and built again when its
+    width or metric changed. Returns what is recorded. Stored vectors are never
+    dropped."""
+    parameters = {
+        **_KEY,
+        "replace": replace,
+        "dimensions": spec.dimensions,
+        "metric": spec.metric,
+        "model": spec.model,
+    }
+    changed = bool(await run(q.RECORD_VECTOR_INDEX, parameters))
+    recorded = await read_vector_index(run)
+    assert recorded is not None
+    built = (*q.VECTOR, "VECTOR") in await indexes(run)
+    if built and changed and replace:
+        await ddl(queries.drop_vector_index())
+        built = False
+    if not built:
+        await ddl(queries.vector_index(recorded.dimensions, recorded.metric))
+    return recorded

