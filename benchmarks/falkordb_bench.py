@@ -61,10 +61,10 @@ async def timed(calls: int, call: Callable[[], Awaitable[Any]]) -> float:
 
 
 async def open_store(url: str, **options: Any) -> Any:
-    from convostore.backends.falkordb import FalkorDBStore
+    from convostore.backends.falkordb import FalkorDBBackend
 
     store = await convostore.connect(url, **options)
-    assert isinstance(store, FalkorDBStore)
+    assert isinstance(store.backend, FalkorDBBackend)
     return store
 
 
@@ -111,7 +111,7 @@ async def raw_round(url: str, messages: int) -> float:
     store = await open_store(url)
     try:
         session = await store.create_session(AUTHOR)
-        graph, query = store.graph, store.queries.append
+        graph, query = store.backend.graph, store.backend.queries.append
 
         async def raw_append() -> None:
             result = await graph.query(query, raw_append_parameters(session.id))
@@ -153,7 +153,7 @@ async def window(base: str, reads: int) -> None:
     assert len(await store.read(session.id, EventFilter(last=20))) >= 20
 
     async def raw_read() -> None:
-        assert (await store.graph.ro_query(query, parameters)).result_set
+        assert (await store.backend.graph.ro_query(query, parameters)).result_set
 
     store_rates, raw_rates = [], []
     for _ in range(3):
@@ -256,7 +256,7 @@ async def vector_search(base: str, count: int, queries: int) -> None:
                 for row in range(batch, min(batch + LOAD_BATCH, first + MESSAGES_PER_SESSION))
             ]
             parameters = {"session_id": session.id, "rows": batch_rows, "now": now}
-            await store.graph.query(LOAD, {**parameters, "model": MODEL, "width": WIDTH})
+            await store.backend.graph.query(LOAD, {**parameters, "model": MODEL, "width": WIDTH})
         row_owner += [owner.id] * MESSAGES_PER_SESSION
     print(f"   loaded {count:,} x {WIDTH} vectors (indexed as written) in "
           f"{time.perf_counter() - started:.1f} s")  # fmt: skip

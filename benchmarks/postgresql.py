@@ -159,10 +159,11 @@ class FixedEmbedder:
 async def load_vectors(url: str, vectors: Matrix) -> tuple[list[str], dict[str, str]]:
     """Sessions (alternately of ten owners) and their messages with ``vectors``, bulk
     loaded; returns each row's message id and each session's owner."""
-    from convostore.backends.postgresql import PostgreSQLStore
+    from convostore.backends.postgresql import PostgreSQLBackend
 
     store = await convostore.connect(url)
-    assert isinstance(store, PostgreSQLStore)
+    backend = store.backend
+    assert isinstance(backend, PostgreSQLBackend)
     owners = [User(f"owner-{n}", f"Owner {n}") for n in range(10)]
     session_owner: dict[str, str] = {}
     sessions = []
@@ -173,7 +174,7 @@ async def load_vectors(url: str, vectors: Matrix) -> tuple[list[str], dict[str, 
         session_owner[session.id] = owner.id
     ids = [new_id() for _ in range(len(vectors))]
     now = utc_now()
-    async with store.pool.connection() as connection:
+    async with backend.pool.connection() as connection:
         async with (
             connection.cursor() as cursor,
             cursor.copy(
@@ -214,16 +215,17 @@ async def vector_search(url: str, count: int, queries: int) -> None:
     started = time.perf_counter()
     row_sessions, session_owner = await load_vectors(url, vectors)
     print(f"  loaded {count:,} x {WIDTH} vectors in {time.perf_counter() - started:.1f} s")
-    from convostore.backends.postgresql import PostgreSQLStore
+    from convostore.backends.postgresql import PostgreSQLBackend
 
     started = time.perf_counter()
     store = await convostore.connect(url, embedder=FixedEmbedder())
-    assert isinstance(store, PostgreSQLStore)
+    backend = store.backend
+    assert isinstance(backend, PostgreSQLBackend)
     print(f"  HNSW index built at connect in {time.perf_counter() - started:.1f} s")
     try:
-        ef_search = store.target.ef_search
+        ef_search = backend.target.ef_search
         row_of: dict[str, int] = {}
-        async with store.pool.connection() as connection:
+        async with backend.pool.connection() as connection:
             cursor = await connection.execute("SELECT id FROM events ORDER BY session_id, seq")
             for row, (message_id,) in enumerate(await cursor.fetchall()):
                 row_of[message_id] = row

@@ -50,7 +50,7 @@ def raw_appends(path: Path, synchronous: str, count: int) -> float:
     target = SQLiteTarget(str(path), synchronous=synchronous.upper())
     connection = open_connection(target, reader=False)
     try:
-        prepare_database(connection, target, frozenset())
+        prepare_database(connection, target)
         session_id = new_id()
         now = to_micros(utc_now())
         connection.execute(

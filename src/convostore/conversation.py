@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeAlias, TypeVar
 
 from convostore._time import utc_now
-from convostore.backends.memory import MemoryStore
+from convostore.backends import memory_store
 from convostore.embedding import EmbeddingFailed
 from convostore.errors import InvalidArgumentError, SessionNotFoundError, StoreClosedError
 from convostore.ids import new_id
@@ -1099,7 +1099,7 @@ class InMemoryConversationFactory(BaseConversationFactory[InMemoryConversation])
         title_every: int = 1,
     ) -> None:
         super().__init__(
-            MemoryStore(),
+            memory_store(),
             InMemoryConversation,
             title_generator=title_generator,
             title_every=title_every,

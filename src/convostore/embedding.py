@@ -270,13 +270,13 @@ async def reembed(
         raise InvalidArgumentError("batch_size and max_failed_calls must be positive")
     spec = VectorIndexSpec.of(embedder)
     roles = embedded_roles(embedder)
-    recreated = await store._begin_reembed(spec)
+    recreated = await store.backend.begin_reembed(spec)
     run = _ReembedRun(embedder, spec, max_failed_calls)
-    total = await store._count_pending_embeddings(spec.model, roles)
+    total = await store.backend.count_pending_embeddings(spec.model, roles)
     try:
         after: str | None = None
         while not run.gave_up:
-            page = await store._pending_embeddings(spec.model, roles, after, batch_size)
+            page = await store.backend.pending_embeddings(spec.model, roles, after, batch_size)
             if not page:
                 break
             after = page[-1].message_id
@@ -284,10 +284,10 @@ async def reembed(
             run.skipped += len(page) - len(wanted)
             embedded = await run.embed(wanted)
             if embedded:
-                await store._set_embeddings(spec.model, embedded)
+                await store.backend.set_embeddings(spec.model, embedded)
                 run.embedded += len(embedded)
     finally:
-        await store._end_reembed(spec)
+        await store.backend.end_reembed(spec)
     report = ReembedReport(messages=run.embedded, index_recreated=recreated)
     not_attempted = max(0, total - run.embedded - len(run.failed) - run.skipped)
     if run.failed or not_attempted:

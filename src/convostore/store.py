@@ -1,32 +1,38 @@
 """The `Store` contract, written once, and what is built on it.
 
 `Store` is the public async API. Its docstrings state what every backend guarantees.
-Each public method validates and normalises its arguments here, then calls a small set
-of primitives (the abstract ``_`` methods) that a backend implements, each as one
-transaction. A backend never re-checks what this module checked.
+Each public method validates and normalises its arguments here, then calls the
+primitives of its `convostore.backends.interface.Backend`, each one transaction. A
+backend never re-checks what this module checked.
 """
 
 from __future__ import annotations
 
-import abc
 import logging
 import re
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from convostore import _json
 from convostore._time import require_aware, to_micros, utc_now
+from convostore.backends.interface import (
+    Backend,
+    Capabilities,
+    Connected,
+    SearchScope,
+    SessionPage,
+    TextQuery,
+    VectorQuery,
+)
 from convostore.cursors import Keyset, encode_cursor
 from convostore.embedding import (
     Embedder,
     EmbeddingFailed,
-    Metric,
-    PendingEmbedding,
     ReembedReport,
     RoleFilteringEmbedder,
     VectorIndexSpec,
@@ -61,11 +67,8 @@ from convostore.model import (
     UserRef,
 )
 from convostore.prepare import (
-    AppendOutcome,
     Listing,
-    NewSession,
     PreparedAppend,
-    SessionChanges,
     check_id,
     check_index_width,
     check_session_filter,
@@ -89,7 +92,7 @@ if TYPE_CHECKING:
         Summarize,
     )
 
-__all__ = ["MAX_SEARCH_HITS", "Capabilities", "Store"]
+__all__ = ["MAX_SEARCH_HITS", "Capabilities", "Store", "check_indexed_keys", "filtering"]
 
 MAX_SEARCH_HITS = 1000
 SearchMode = Literal["vector", "text", "hybrid"]
@@ -100,23 +103,7 @@ log = logging.getLogger("convostore")
 _METADATA_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
-@dataclass(frozen=True, slots=True)
-class Capabilities:
-    """What a backend offers beyond the contract every backend meets.
-
-    - ``persistent``: data survives closing the store and connecting again.
-    - ``native_vector_index``: vector search runs on an index rather than a scan.
-    - ``full_text_index``: text search runs on a full-text index rather than a scan.
-    - ``cross_process``: several processes may open the same database at once.
-    """
-
-    persistent: bool
-    native_vector_index: bool = False
-    full_text_index: bool = False
-    cross_process: bool = False
-
-
-class Store(abc.ABC):
+class Store:
     """The conversation store: users, sessions, and one ordered log per session.
 
     Every backend guarantees what these docstrings say. Every write is one transaction:
@@ -125,25 +112,27 @@ class Store(abc.ABC):
     microsecond precision.
     """
 
-    capabilities: Capabilities
-
     def __init__(
-        self, *, indexed_metadata: Iterable[str] = (), embedder: Embedder | None = None
+        self, backend: Backend, connected: Connected, *, embedder: Embedder | None = None
     ) -> None:
-        keys = tuple(dict.fromkeys(indexed_metadata))
-        for key in keys:
-            if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key):
-                raise InvalidArgumentError(f"invalid indexed metadata key {key!r}")
-        self.indexed_metadata: frozenset[str] = frozenset(keys)
+        """A store over a connected ``backend``; `convostore.connect` makes one."""
+        self.backend = backend
+        self.indexed_metadata: frozenset[str] = connected.indexed_metadata
         self._closed = False
         self._before_close: list[Callable[[], Awaitable[None]]] = []
         self._embedding_failure_listeners: list[Callable[[EmbeddingFailed], None]] = []
-        self.embedder: Embedder | None = None if embedder is None else _filtering(embedder)
-        self.vector_index: VectorIndexSpec | None = (
-            None if embedder is None else VectorIndexSpec.of(embedder)
+        self.embedder: Embedder | None = None if embedder is None else filtering(embedder)
+        self.vector_index: VectorIndexSpec | None = connected.vector_index
+        self.vector_index_drift: str | None = connected.vector_index_drift
+        # A store collected without close() releases what its backend holds, and warns.
+        self._dropped = weakref.finalize(
+            self, _dropped_unclosed, type(backend).__name__, backend.release_when_dropped()
         )
-        self.vector_index_drift: str | None = None
-        self._dropped: weakref.finalize[..., Any] | None = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the backend offers beyond the contract (see `Capabilities`)."""
+        return self.backend.capabilities
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -152,7 +141,7 @@ class Store(abc.ABC):
 
     def __repr__(self) -> str:
         state = " closed" if self._closed else ""
-        return f"<{type(self).__name__} {self.url or '(no URL)'}{state}>"
+        return f"<Store {type(self.backend).__name__} {self.url or '(no URL)'}{state}>"
 
     def _check_open(self) -> None:
         if self._closed:
@@ -180,9 +169,8 @@ class Store(abc.ABC):
                 await callback()
         finally:
             self._closed = True
-            if self._dropped is not None:
-                self._dropped.detach()
-            await self._close()
+            self._dropped.detach()
+            await self.backend.close()
 
     def before_close(self, callback: Callable[[], Awaitable[None]]) -> Callable[[], None]:
         """Have `close` await ``callback`` before releasing the backend; returns a
@@ -198,47 +186,19 @@ class Store(abc.ABC):
         self._embedding_failure_listeners.append(listener)
         return lambda: _discard(self._embedding_failure_listeners, listener)
 
-    def _release_when_dropped(self) -> Callable[[], None] | None:
-        """What releases the backend's threads and connections if the store is collected
-        without `close` (it must not refer to the store); None when there is nothing."""
-        return None
-
-    async def _after_connect(self) -> None:
-        """Ensure the vector index the embedder declares (idempotent). A stored index
-        of another width is reported as drift in ``vector_index_drift``, never dropped;
-        `reembed` rebuilds it. From here on, a store collected without `close` releases
-        what it holds, with a `ResourceWarning`."""
-        self._dropped = weakref.finalize(
-            self, _dropped_unclosed, type(self).__name__, self._release_when_dropped()
-        )
-        stored = await self._vector_index_spec()
-        spec = self.vector_index
-        if spec is None:
-            self.vector_index = stored
-            return
-        if stored is not None and stored.dimensions != spec.dimensions:
-            self.vector_index_drift = (
-                f"the vector index holds {stored.dimensions}-wide vectors of "
-                f"{stored.model!r} but the embedder {spec.model!r} gives {spec.dimensions}: "
-                "run reembed() to rebuild it"
-            )
-            log.warning("vector index drift: %s", self.vector_index_drift)
-            return
-        await self._declare_vector_index(spec, replace=stored is not None and stored != spec)
-
     # ---------------------------------------------------------------- users
 
     async def put_user(self, user: User) -> User:
         """Insert the user, or overwrite the stored one with the same id."""
         self._check_open()
         user = check_user(user)
-        await self._put_user(user)
+        await self.backend.put_user(user)
         return user
 
     async def get_user(self, user_id: str) -> User | None:
         """The stored user, or None."""
         self._check_open()
-        return await self._get_user(check_id(user_id, "user_id"))
+        return await self.backend.get_user(check_id(user_id, "user_id"))
 
     # ---------------------------------------------------------------- sessions
 
@@ -273,7 +233,7 @@ class Store(abc.ABC):
             metadata,
             expires_at,
         )
-        created = await self._insert_session(new, if_absent=False)
+        created = await self.backend.insert_session(new, if_absent=False)
         assert created is not None
         return created
 
@@ -303,12 +263,12 @@ class Store(abc.ABC):
             metadata,
             expires_at,
         )
-        return await self._insert_session(new, if_absent=True) is not None
+        return await self.backend.insert_session(new, if_absent=True) is not None
 
     async def get_session(self, session_id: str) -> Session | None:
         """The session, or None. Expired sessions are returned until deleted."""
         self._check_open()
-        return await self._get_session(check_id(session_id, "session_id"))
+        return await self.backend.get_session(check_id(session_id, "session_id"))
 
     async def update_session(self, session: Session) -> Session:
         """Write ``title``, ``metadata`` and ``expires_at`` of a session read from the
@@ -316,13 +276,13 @@ class Store(abc.ABC):
         `StaleObjectError` and nothing is written. Returns the session as stored."""
         self._check_open()
         changes = prepare_changes(self.indexed_metadata, session)
-        return await self._update_session(changes)
+        return await self.backend.update_session(changes)
 
     async def set_title(self, session_id: str, title: str | None) -> Session:
         """Write the title alone. Never conflicts; changes the stamp.
         An unknown session raises `SessionNotFoundError`."""
         self._check_open()
-        return await self._set_title(
+        return await self.backend.set_title(
             check_id(session_id, "session_id"), check_title(title), new_stamp()
         )
 
@@ -330,7 +290,7 @@ class Store(abc.ABC):
         """Delete the session, the sessions that are part of it, and all their events.
         Users are kept. False when there was no such session."""
         self._check_open()
-        return await self._delete_session(check_id(session_id, "session_id"))
+        return await self.backend.delete_session(check_id(session_id, "session_id"))
 
     async def list_sessions(
         self,
@@ -343,9 +303,7 @@ class Store(abc.ABC):
         ``filter.include_parts``. A page that names no order follows its cursor's."""
         self._check_open()
         listing = prepare_listing(owner_id, page, filter)
-        rows = await self._list_sessions(
-            listing.owner_id, listing.order, listing.after, listing.size + 1, listing.filter
-        )
+        rows = await self.backend.list_sessions(_session_page(listing))
         return _page(rows, listing, lambda s: s)
 
     async def list_summaries(
@@ -358,23 +316,21 @@ class Store(abc.ABC):
         all computed by the backend's query without loading message bodies."""
         self._check_open()
         listing = prepare_listing(owner_id, page, filter)
-        rows = await self._list_summaries(
-            listing.owner_id, listing.order, listing.after, listing.size + 1, listing.filter
-        )
+        rows = await self.backend.list_summaries(_session_page(listing))
         return _page(rows, listing, lambda s: s.session)
 
     async def count_sessions(self, owner_id: UserRef, filter: SessionFilter | None = None) -> int:
         """How many sessions `list_sessions` would list over all its pages (the owner a
         `User` or an id)."""
         self._check_open()
-        return await self._count_sessions(
+        return await self.backend.count_sessions(
             user_id_of(owner_id, "owner_id"), check_session_filter(filter)
         )
 
     async def find_part(self, part_of: str, held_with: UserRef) -> Session | None:
         """The earliest session that is part of ``part_of`` and held with that user."""
         self._check_open()
-        return await self._find_part(
+        return await self.backend.find_part(
             check_id(part_of, "part_of"), user_id_of(held_with, "held_with")
         )
 
@@ -394,18 +350,18 @@ class Store(abc.ABC):
         new = prepare_session(
             self.indexed_metadata, None, None, title, kind, part_of, held_with, None, None
         )
-        return await self._find_or_insert_part(new)
+        return await self.backend.find_or_insert_part(new)
 
     async def list_parts(self, part_of: str) -> list[SessionSummary]:
         """The sessions that are part of ``part_of``, oldest first, with their summaries."""
         self._check_open()
-        return await self._list_parts(check_id(part_of, "part_of"))
+        return await self.backend.list_parts(check_id(part_of, "part_of"))
 
     async def participants(self, session_id: str) -> list[User]:
         """Everyone who wrote a message in the session, once each, in order of their
         first message. [] for an unknown session."""
         self._check_open()
-        return await self._participants(check_id(session_id, "session_id"))
+        return await self.backend.participants(check_id(session_id, "session_id"))
 
     async def find_sessions_by_metadata(self, name: str, value: Any) -> list[Session]:
         """Sessions whose metadata ``name`` equals ``value``, compared as strings in full
@@ -418,7 +374,18 @@ class Store(abc.ABC):
                 "indexed_metadata=[...]) to search by it"
             )
         wanted = _json.check_text(_json.index_value(value), "metadata value")
-        return await self._find_sessions_by_metadata(name, wanted)
+        return await self.backend.find_sessions_by_metadata(name, wanted)
+
+    async def drop_metadata_index(self, name: str) -> bool:
+        """Stop indexing the session metadata key ``name`` in the database, for every
+        store on it (the keys belong to the database: connecting only adds keys). False
+        when it was not indexed. Stores already connected keep answering from what is
+        left until they reconnect; searching by ``name`` here raises `NotIndexedError`."""
+        self._check_open()
+        key = check_indexed_keys([name])
+        removed = await self.backend.remove_indexed_key(next(iter(key)))
+        self.indexed_metadata = self.indexed_metadata - key
+        return removed
 
     async def delete_expired(self, before: datetime | None = None) -> int:
         """Delete every session with ``expires_at < before`` (default: now), with its
@@ -427,7 +394,7 @@ class Store(abc.ABC):
         (their parts are not counted)."""
         self._check_open()
         when = utc_now() if before is None else require_aware(before, "before")
-        return await self._delete_expired(when)
+        return await self.backend.delete_expired(when)
 
     # ---------------------------------------------------------------- the log
 
@@ -451,7 +418,7 @@ class Store(abc.ABC):
         self._check_open()
         prepared = self._prepared_append(session_id, [write], None)
         prepared, failures = await self._embed(prepared)
-        outcome = await self._append(prepared)
+        outcome = await self.backend.append(prepared)
         if outcome.applied:
             self._publish(failures)
         return outcome.events[0]
@@ -480,9 +447,9 @@ class Store(abc.ABC):
         writes = list(writes)
         prepared = self._prepared_append(session_id, writes, expected_version)
         if not writes:
-            return await self._version(prepared.session_id) == expected_version
+            return await self.backend.version(prepared.session_id) == expected_version
         prepared, failures = await self._embed(prepared)
-        applied = (await self._append(prepared)).applied
+        applied = (await self.backend.append(prepared)).applied
         if applied:
             self._publish(failures)
         return applied
@@ -503,14 +470,14 @@ class Store(abc.ABC):
         """The log's version: 0 for an unknown or empty session; +1 for every append
         that adds an event and for every successful batch."""
         self._check_open()
-        return await self._version(check_id(session_id, "session_id"))
+        return await self.backend.version(check_id(session_id, "session_id"))
 
     async def read(self, session_id: str, filter: EventFilter | None = None) -> list[Event]:
         """The session's events that pass ``filter``, oldest first (log order; in the
         active view, view order). [] for an unknown session."""
         self._check_open()
         event_filter = (filter or EventFilter()).validated()
-        return await self._read(check_id(session_id, "session_id"), event_filter)
+        return await self.backend.read(check_id(session_id, "session_id"), event_filter)
 
     async def messages(self, session_id: str, last: int | None = None) -> list[Message]:
         """The session's MESSAGE events; ``last=n`` as in `EventFilter`."""
@@ -526,7 +493,7 @@ class Store(abc.ABC):
             raise InvalidArgumentError("narration must be a string or None")
         if text is not None:
             _json.check_text(text, "narration")
-        return await self._set_narration(
+        return await self.backend.set_narration(
             check_id(session_id, "session_id"),
             check_id(message_id, "message_id"),
             text,
@@ -563,7 +530,7 @@ class Store(abc.ABC):
             raise InvalidArgumentError(f"unknown search mode {mode!r}")
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_HITS:
             raise InvalidArgumentError(f"k must be between 1 and {MAX_SEARCH_HITS}")
-        scope = _SearchScope(
+        scope = SearchScope(
             owner_id=None if owner_id is None else user_id_of(owner_id, "owner_id"),
             session_id=None if session_id is None else check_id(session_id, "session_id"),
             roles=None if roles is None else tuple(parse_role(r) for r in roles),
@@ -578,26 +545,22 @@ class Store(abc.ABC):
         by_text = await self._search_text(query, depth, scope)
         return _fuse([by_vector, by_text], k)
 
-    async def _search_text(self, query: str | None, k: int, scope: _SearchScope) -> list[SearchHit]:
+    async def _search_text(self, query: str | None, k: int, scope: SearchScope) -> list[SearchHit]:
         if not isinstance(query, str) or not query.strip():
             raise InvalidArgumentError("text search needs a non-blank query")
         terms = tuple(dict.fromkeys(text_tokens(query)))
         if not terms:
             return []
-        return await self._text_search(terms, k, scope.owner_id, scope.session_id, scope.roles)
+        return await self.backend.text_search(TextQuery(terms, k, scope))
 
     async def _search_vector(
-        self, vector: tuple[float, ...], k: int, scope: _SearchScope
+        self, vector: tuple[float, ...], k: int, scope: SearchScope
     ) -> list[SearchHit]:
         spec = self.vector_index
-        return await self._vector_search(
-            vector,
-            spec.metric if spec else "cosine",
-            spec.model if spec else None,
-            k,
-            scope.owner_id,
-            scope.session_id,
-            scope.roles,
+        return await self.backend.vector_search(
+            VectorQuery(
+                vector, spec.metric if spec else "cosine", spec.model if spec else None, k, scope
+            )
         )
 
     async def _query_vector(
@@ -628,7 +591,7 @@ class Store(abc.ABC):
         self._check_open()
         from convostore.embedding import reembed
 
-        chosen = self.embedder if embedder is None else _filtering(embedder)
+        chosen = self.embedder if embedder is None else filtering(embedder)
         if chosen is None:
             raise InvalidArgumentError("reembed needs an embedder (the store has none)")
         # New messages are embedded with the new model from now on, so the run leaves
@@ -637,16 +600,6 @@ class Store(abc.ABC):
         self.vector_index = VectorIndexSpec.of(chosen)
         self.vector_index_drift = None
         return await reembed(self, chosen)
-
-    async def _begin_reembed(self, spec: VectorIndexSpec) -> bool:
-        """Point the vector index at ``spec``; True when that recreated it."""
-        if await self._vector_index_spec() == spec:
-            return False
-        await self._declare_vector_index(spec, replace=True)
-        return True
-
-    async def _end_reembed(self, spec: VectorIndexSpec) -> None:
-        await self._declare_vector_index(spec, replace=False)
 
     async def _embed(
         self, prepared: PreparedAppend
@@ -726,178 +679,42 @@ class Store(abc.ABC):
 
         return await compact_outcome(self, session_id, strategy, summarize, trigger)
 
-    # ---------------------------------------------------------------- primitives
-    # Each is one transaction (or one consistent read) in the backend.
-
-    @abc.abstractmethod
-    async def _close(self) -> None: ...
-
-    @abc.abstractmethod
-    async def _put_user(self, user: User) -> None: ...
-
-    @abc.abstractmethod
-    async def _get_user(self, user_id: str) -> User | None: ...
-
-    @abc.abstractmethod
-    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
-        """Insert the users (if absent) and the session. Check that every required user
-        id is stored (`UnknownUserError`) and that ``part_of`` is an existing top-level
-        session with the same owner (`SessionNotFoundError` / `InvalidArgumentError`).
-        An existing session id: None when ``if_absent``, else `SessionExistsError`."""
-
-    @abc.abstractmethod
-    async def _find_or_insert_part(self, new: NewSession) -> Session:
-        """The earliest part of ``new.session.part_of`` held with ``new.session.held_with``,
-        or ``new`` inserted as in `_insert_session` with the parent's owner as its owner
-        (``new.session.owner_id`` is ignored), atomically. A missing parent is
-        `SessionNotFoundError`, a parent that is itself a part `InvalidArgumentError`."""
-
-    @abc.abstractmethod
-    async def _get_session(self, session_id: str) -> Session | None: ...
-
-    @abc.abstractmethod
-    async def _update_session(self, changes: SessionChanges) -> Session:
-        """`SessionNotFoundError` if gone; `StaleObjectError` if the stamp differs."""
-
-    @abc.abstractmethod
-    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session: ...
-
-    @abc.abstractmethod
-    async def _delete_session(self, session_id: str) -> bool: ...
-
-    @abc.abstractmethod
-    async def _list_sessions(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[Session]:
-        """Up to ``limit`` sessions strictly after ``after`` in ``order``."""
-
-    @abc.abstractmethod
-    async def _list_summaries(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[SessionSummary]: ...
-
-    @abc.abstractmethod
-    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int: ...
-
-    @abc.abstractmethod
-    async def _find_part(self, part_of: str, held_with: str) -> Session | None: ...
-
-    @abc.abstractmethod
-    async def _list_parts(self, part_of: str) -> list[SessionSummary]: ...
-
-    @abc.abstractmethod
-    async def _participants(self, session_id: str) -> list[User]: ...
-
-    @abc.abstractmethod
-    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]: ...
-
-    @abc.abstractmethod
-    async def _delete_expired(self, before: datetime) -> int: ...
-
-    @abc.abstractmethod
-    async def _append(self, append: PreparedAppend) -> AppendOutcome:
-        """Apply the append in one transaction, in this order of checks:
-        unknown session -> `SessionNotFoundError`; unknown required user ->
-        `UnknownUserError`; for a batch, a version other than ``expected_version`` ->
-        ``AppendOutcome(False)``; a single event whose caller-given id is already in
-        this log -> ``AppendOutcome(False, [stored event])``; an id in another log (or,
-        in a batch, already in this one) -> `EventIdConflictError`. Then insert the
-        users (if absent), assign consecutive ``seq`` values, add 1 to the version, set
-        the stamp, advance ``last_activity_at`` to max(stored, ``activity_at``), add
-        ``new_message_count`` and set ``started_by`` if unset."""
-
-    @abc.abstractmethod
-    async def _version(self, session_id: str) -> int: ...
-
-    @abc.abstractmethod
-    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
-        """The answer `convostore.filters.apply_filter` gives over the log (or its
-        active view), computed without loading more of the log than the answer needs."""
-
-    @abc.abstractmethod
-    async def _set_narration(
-        self, session_id: str, message_id: str, text: str | None, stamp: str
-    ) -> bool: ...
-
-    @abc.abstractmethod
-    async def _vector_index_spec(self) -> VectorIndexSpec | None:
-        """The vector index recorded in the database, or None."""
-
-    @abc.abstractmethod
-    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
-        """Record ``spec`` (and build a native index for it) if none is recorded; with
-        ``replace``, drop what is recorded first. Stored vectors are never dropped."""
-
-    @abc.abstractmethod
-    async def _pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
-        """Up to ``limit`` messages of ``roles`` with non-blank content and no vector of
-        ``model``, by message id ascending, ids greater than ``after``."""
-
-    @abc.abstractmethod
-    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int: ...
-
-    @abc.abstractmethod
-    async def _set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
-    ) -> None:
-        """Store each message's vector and model in one transaction, changing its stamp."""
-
-    @abc.abstractmethod
-    async def _vector_search(
-        self,
-        vector: tuple[float, ...],
-        metric: Metric,
-        model: str | None,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
-        """The ``k`` messages nearest ``vector`` among those with a vector of ``model``
-        (any model when None) and the same width, best first (scores as `top_k`)."""
-
-    @abc.abstractmethod
-    async def _text_search(
-        self,
-        terms: tuple[str, ...],
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
-        """Messages whose content holds every term (`text_tokens` of it), best first."""
-
 
 # --------------------------------------------------------------------------------------
 # Checks shared by the public methods.
+
+
+def check_indexed_keys(keys: Iterable[str]) -> frozenset[str]:
+    """Metadata key names to index: each 1-64 of ``A-Z a-z 0-9 _ . : -``."""
+    if isinstance(keys, str):
+        raise InvalidArgumentError("indexed_metadata takes a list of key names, not a string")
+    checked = tuple(dict.fromkeys(keys))
+    for key in checked:
+        if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key):
+            raise InvalidArgumentError(f"invalid indexed metadata key {key!r}")
+    return frozenset(checked)
+
+
+def _discard(items: list[Any], item: Any) -> None:
+    if item in items:
+        items.remove(item)
 
 
 def _dropped_unclosed(kind: str, release: Callable[[], None] | None) -> None:
     if release is not None:
         release()
     warnings.warn(
-        f"a {kind} was collected without close(): close stores (or use async with) "
-        "to release their connections when you are done",
+        f"a store on {kind} was collected without close(): close stores (or use async "
+        "with) to release their connections when you are done",
         ResourceWarning,
         stacklevel=1,
     )
 
 
-def _discard(items: list[Any], item: Any) -> None:
-    if item in items:
-        items.remove(item)
+def _session_page(listing: Listing) -> SessionPage:
+    return SessionPage(
+        listing.owner_id, listing.order, listing.after, listing.size + 1, listing.filter
+    )
 
 
 def _page(rows: list[Any], listing: Listing, session_of: Any) -> Page[Any]:
@@ -917,19 +734,12 @@ def _page(rows: list[Any], listing: Listing, session_of: Any) -> Page[Any]:
     return Page(items=items, next_cursor=encode_cursor(keyset))
 
 
-@dataclass(frozen=True, slots=True)
-class _SearchScope:
-    owner_id: str | None
-    session_id: str | None
-    roles: tuple[Role, ...] | None
-
-
 def _as_message(event: Event) -> Message:
     assert isinstance(event, Message)
     return event
 
 
-def _filtering(embedder: Embedder) -> Embedder:
+def filtering(embedder: Embedder) -> Embedder:
     """The embedder as the store uses it: with a message filter (the default one
     unless the embedder brings its own ``should_embed``)."""
     if not isinstance(embedder, Embedder):

@@ -24,6 +24,7 @@ from convostore import (
     MessageWrite,
     Role,
     SchemaVersionError,
+    Store,
     User,
 )
 from convostore.embedding import HashingEmbedder
@@ -34,7 +35,7 @@ if importlib.util.find_spec("falkordb") is None and os.environ.get("CI") != "tru
         allow_module_level=True,
     )
 
-from convostore.backends.falkordb import SCHEMA_VERSION, FalkorDBStore, parse_falkordb_url
+from convostore.backends.falkordb import SCHEMA_VERSION, FalkorDBBackend, parse_falkordb_url
 from convostore.backends.falkordb.schema import indexes
 from tests.servers.falkordb import FalkorDBServer, ServerUnavailable, TestServer, shared_server
 
@@ -58,15 +59,21 @@ def server() -> TestServer:
         raise
 
 
+def falkor_of(store: Store) -> FalkorDBBackend:
+    """The FalkorDB backend under ``store`` (its graph and queries)."""
+    assert isinstance(store.backend, FalkorDBBackend)
+    return store.backend
+
+
 @pytest.fixture
 def url(server: TestServer) -> str:
     return server.url(f"backend_{os.getpid()}_{next(_graphs)}")
 
 
 @pytest.fixture
-async def store(url: str) -> AsyncIterator[FalkorDBStore]:
+async def store(url: str) -> AsyncIterator[Store]:
     opened = await convostore.connect(url)
-    assert isinstance(opened, FalkorDBStore)
+    assert isinstance(opened.backend, FalkorDBBackend)
     yield opened
     await opened.close()
 
@@ -155,8 +162,7 @@ def test_a_missing_client_names_the_extra() -> None:
 async def test_connect_creates_every_index_once(url: str) -> None:
     first = await convostore.connect(url, embedder=HashingEmbedder(16))
     second = await convostore.connect(url, embedder=HashingEmbedder(16))
-    assert isinstance(first, FalkorDBStore)
-    found = await indexes(first._schema_query)
+    found = await indexes(falkor_of(first)._schema_query)
     await first.close()
     await second.close()
     for label, prop in [("User", "id"), ("Session", "owner_id"), ("Event", "session_id")]:
@@ -167,8 +173,8 @@ async def test_connect_creates_every_index_once(url: str) -> None:
     assert ("Message", "embedding", "VECTOR") in found
 
 
-async def test_a_newer_schema_is_refused(store: FalkorDBStore, url: str) -> None:
-    await store.graph.query(
+async def test_a_newer_schema_is_refused(store: Store, url: str) -> None:
+    await falkor_of(store).graph.query(
         "MATCH (c:ConvostoreSchema) SET c.version = $version", {"version": SCHEMA_VERSION + 1}
     )
     with pytest.raises(SchemaVersionError):
@@ -178,7 +184,7 @@ async def test_a_newer_schema_is_refused(store: FalkorDBStore, url: str) -> None
 # ---------------------------------------------------------------------------- graph model
 
 
-async def test_the_graph_answers_a_users_own_cypher(store: FalkorDBStore) -> None:
+async def test_the_graph_answers_a_users_own_cypher(store: Store) -> None:
     session = await store.create_session(ADA, title="Launch")
     first = await store.add_message(
         session.id, MessageWrite(Role.USER, "Launch in March?", author=ADA, recipients=[PLANNER])
@@ -191,7 +197,7 @@ async def test_the_graph_answers_a_users_own_cypher(store: FalkorDBStore) -> Non
     )
     other = await store.create_session(ADA)
     await store.add_message(other.id, MessageWrite(Role.USER, "hello", author=ADA))
-    graph = store.graph
+    graph = falkor_of(store).graph
     # Every session where an agent was a recipient.
     rows = (
         await graph.query(
@@ -219,7 +225,7 @@ async def test_the_graph_answers_a_users_own_cypher(store: FalkorDBStore) -> Non
     assert rows == [[2]]
 
 
-async def test_a_ten_megabyte_message_round_trips(store: FalkorDBStore) -> None:
+async def test_a_ten_megabyte_message_round_trips(store: Store) -> None:
     words = [f"wörd{n % 5000} Ünï" for n in range(800_000)]
     content = " ".join(words)[: 10 * 1024 * 1024]
     session = await store.create_session(ADA)

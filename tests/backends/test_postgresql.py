@@ -54,7 +54,7 @@ from psycopg.pq import Trace
 
 from convostore.backends.postgresql import (
     SCHEMA_VERSION,
-    PostgreSQLStore,
+    PostgreSQLBackend,
     PostgreSQLTarget,
     parse_postgresql_url,
 )
@@ -111,10 +111,10 @@ class Stores:
     def url(self, **options: object) -> str:
         return store_url(self.server, self.schema, **options)
 
-    async def open(self, **options: Any) -> PostgreSQLStore:
+    async def open(self, **options: Any) -> Store:
         url_options = options.pop("url_options", {})
         store = await convostore.connect(self.url(**url_options), **options)
-        assert isinstance(store, PostgreSQLStore)
+        assert isinstance(store.backend, PostgreSQLBackend)
         self.opened.append(store)
         return store
 
@@ -131,8 +131,14 @@ async def stores(server: TestServer) -> AsyncIterator[Stores]:
 
 
 @pytest.fixture
-async def store(stores: Stores) -> PostgreSQLStore:
+async def store(stores: Stores) -> Store:
     return await stores.open()
+
+
+def pg_of(store: Store) -> PostgreSQLBackend:
+    """The PostgreSQL backend under ``store`` (its pool, target and server facts)."""
+    assert isinstance(store.backend, PostgreSQLBackend)
+    return store.backend
 
 
 async def admin_rows(server: TestServer, statement: Any, *parameters: Any) -> list[Any]:
@@ -230,7 +236,7 @@ async def test_libpq_options_reach_the_server_as_written(stores: Stores) -> None
     store = await stores.open(
         url_options={"options": "-c%20statement_timeout%3D4321", "pool_max_size": 1}
     )
-    async with store.pool.connection() as connection:
+    async with pg_of(store).pool.connection() as connection:
         cursor = await connection.execute("SHOW statement_timeout")
         assert await cursor.fetchone() == ("4321ms",)
 
@@ -273,9 +279,9 @@ def test_a_missing_driver_names_the_extra() -> None:
 
 
 async def test_migrations_are_recorded_in_the_store_schema(
-    server: TestServer, store: PostgreSQLStore
+    server: TestServer, store: Store
 ) -> None:
-    schema = store.target.schema
+    schema = pg_of(store).target.schema
     versions = await admin_rows(
         server,
         psycopg.sql.SQL("SELECT version FROM {} ORDER BY version").format(
@@ -356,7 +362,7 @@ async def test_statements_are_prepared_on_the_server(stores: Stores) -> None:
     for _ in range(2):
         await store.add_message(session.id, say("hello"))
         await store.read(session.id, EventFilter(last=1))
-    async with store.pool.connection() as connection:
+    async with pg_of(store).pool.connection() as connection:
         cursor = await connection.execute("SELECT statement FROM pg_prepared_statements")
         prepared = {row[0] for row in await cursor.fetchall()}
     assert any(statement.startswith("WITH missing_users AS") for statement in prepared)
@@ -394,7 +400,7 @@ async def test_every_hot_operation_is_one_round_trip(stores: Stores) -> None:
     for operation in operations.values():  # First uses prepare their statements.
         await operation()
     with tempfile.TemporaryFile("w+") as trace:
-        async with store.pool.connection() as connection:
+        async with pg_of(store).pool.connection() as connection:
             connection.pgconn.trace(trace.fileno())
             connection.pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
         trips: dict[str, int] = {}
@@ -403,7 +409,7 @@ async def test_every_hot_operation_is_one_round_trip(stores: Stores) -> None:
             await operation()
             trace.seek(start)
             trips[name] = count_syncs(trace.read())
-        async with store.pool.connection() as connection:
+        async with pg_of(store).pool.connection() as connection:
             connection.pgconn.untrace()
     assert trips == dict.fromkeys(operations, 1)
 
@@ -480,7 +486,9 @@ async def test_reembed_recreates_the_index_for_the_new_model(
     assert definition is not None
     assert "vector(32)" in definition
     assert "hashing-embedder-32" in definition
-    assert await store._vector_index_spec() == VectorIndexSpec(32, "cosine", "hashing-embedder-32")
+    assert await store.backend.vector_index_spec() == VectorIndexSpec(
+        32, "cosine", "hashing-embedder-32"
+    )
     hits = await store.search("capital of France", k=1)
     assert hits[0].message.content == "capital of France"
     # A rerun with the same model keeps the index and touches nothing.
@@ -497,13 +505,13 @@ async def test_drift_is_reported_and_the_index_kept(server: TestServer, stores: 
     assert "vector(48)" in definition
 
 
-async def explain(store: PostgreSQLStore, statement: str, parameters: dict[str, Any]) -> str:
-    async with store.pool.connection() as connection:
+async def explain(store: Store, statement: str, parameters: dict[str, Any]) -> str:
+    async with pg_of(store).pool.connection() as connection:
         cursor = await connection.execute("EXPLAIN " + statement, parameters, prepare=False)
         return "\n".join(row[0] for row in await cursor.fetchall())
 
 
-async def seed_many(store: PostgreSQLStore, sessions: int, per_session: int) -> list[str]:
+async def seed_many(store: Store, sessions: int, per_session: int) -> list[str]:
     """Sessions of Ada's and Bob's with ``per_session`` messages each, in batches."""
     words = ["router", "password", "capital", "france", "lentil", "spinach", "cumin", "paris"]
     ids = []
@@ -518,7 +526,7 @@ async def seed_many(store: PostgreSQLStore, sessions: int, per_session: int) -> 
         # A rare word, as most words a search looks for are.
         writes[0] = say(f"saffron lentil rice {number}")
         await store.append_events(session.id, writes, 0)
-    async with store.pool.connection() as connection:
+    async with pg_of(store).pool.connection() as connection:
         await connection.execute("ANALYZE events")
         await connection.execute("ANALYZE sessions")
     return ids
@@ -594,11 +602,11 @@ def test_blank_is_what_str_isspace_says() -> None:
 
 
 async def test_the_text_filter_uses_a_collation_that_maps_case_fully(
-    store: PostgreSQLStore,
+    store: Store,
 ) -> None:
     """PostgreSQL 18's pg_unicode_fast lowers as str.lower() does; the contract suite's
     text-filter tests hold every backend to that."""
-    assert store.facts.text_collation == "pg_unicode_fast"
+    assert pg_of(store).facts.text_collation == "pg_unicode_fast"
 
 
 # ------------------------------------------------------------------ without pgvector

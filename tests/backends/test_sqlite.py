@@ -40,10 +40,10 @@ from convostore import (
     User,
 )
 from convostore._json import index_value
-from convostore.backends.sqlite import SCHEMA_VERSION, SQLiteStore, SQLiteTarget, parse_sqlite_url
+from convostore.backends.sqlite import SCHEMA_VERSION, SQLiteBackend, SQLiteTarget, parse_sqlite_url
+from convostore.backends.sqlite import backend as sqlite_backend_module
 from convostore.backends.sqlite import search as sqlite_search
 from convostore.backends.sqlite import statements as sql
-from convostore.backends.sqlite import store as sqlite_store_module
 from convostore.backends.sqlite.connection import in_read_snapshot, open_connection
 from convostore.backends.sqlite.schema import MIGRATIONS, prepare_database
 from convostore.backends.sqlite.search import VectorCache
@@ -53,6 +53,12 @@ from convostore.filters import active_view, apply_filter
 
 ADA = User("ada", "Ada")
 BOT = User("bot", "Bot", kind="agent")
+
+
+def sqlite_of(store: Store) -> SQLiteBackend:
+    """The SQLite backend under ``store`` (its threads, cache and statements)."""
+    assert isinstance(store.backend, SQLiteBackend)
+    return store.backend
 
 
 def db_url(path: Path, query: str = "") -> str:
@@ -65,8 +71,8 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = await SQLiteStore.open(db_url(db_path))
+async def store(db_path: Path) -> AsyncIterator[Store]:
+    opened = await convostore.connect(db_url(db_path))
     yield opened
     await opened.close()
 
@@ -89,13 +95,13 @@ def raw_rows(path: Path, statement: str, *parameters: Any) -> list[Any]:
         connection.close()
 
 
-async def on_writer(store: SQLiteStore, statement: str) -> Any:
+async def on_writer(store: Store, statement: str) -> Any:
     """One value read by the store's writer connection."""
-    return await store._writer.run(lambda c: c.execute(statement).fetchone()[0])
+    return await sqlite_of(store)._writer.run(lambda c: c.execute(statement).fetchone()[0])
 
 
-async def on_reader(store: SQLiteStore, statement: str) -> Any:
-    return await store._readers.run(lambda c: c.execute(statement).fetchone()[0])
+async def on_reader(store: Store, statement: str) -> Any:
+    return await sqlite_of(store)._readers.run(lambda c: c.execute(statement).fetchone()[0])
 
 
 # ------------------------------------------------------------------ URLs
@@ -162,7 +168,7 @@ async def test_the_default_url_opens_convostore_db_here(
 
 async def test_a_bare_path_is_a_sqlite_database(tmp_path: Path) -> None:
     store = await convostore.connect(str(tmp_path / "bare.db"))
-    assert isinstance(store, SQLiteStore)
+    assert isinstance(store.backend, SQLiteBackend)
     await store.create_session(ADA)
     await store.close()
     assert raw_rows(tmp_path / "bare.db", "SELECT count(*) FROM sessions") == [(1,)]
@@ -191,7 +197,7 @@ async def test_memory_database_lives_in_one_connection() -> None:
     await store.close()
 
 
-async def test_a_file_database_is_persistent_and_shared(store: SQLiteStore) -> None:
+async def test_a_file_database_is_persistent_and_shared(store: Store) -> None:
     assert store.capabilities.persistent is True
     assert store.capabilities.cross_process is True
     assert store.capabilities.full_text_index is True
@@ -201,7 +207,7 @@ async def test_a_file_database_is_persistent_and_shared(store: SQLiteStore) -> N
 # ------------------------------------------------------------------ schema
 
 
-async def test_migrations_are_recorded(store: SQLiteStore, db_path: Path) -> None:
+async def test_migrations_are_recorded(store: Store, db_path: Path) -> None:
     rows = raw_rows(db_path, "SELECT version, applied_at FROM convostore_schema ORDER BY version")
     assert [version for version, _ in rows] == list(range(1, SCHEMA_VERSION + 1))
     now_us = datetime.now(UTC).timestamp() * 1_000_000
@@ -211,7 +217,7 @@ async def test_migrations_are_recorded(store: SQLiteStore, db_path: Path) -> Non
 async def test_the_text_index_migrates_to_the_words_every_backend_matches(
     db_path: Path,
 ) -> None:
-    store = await SQLiteStore.open(db_url(db_path))
+    store = await convostore.connect(db_url(db_path))
     session = await store.create_session(ADA)
     message = await store.add_message(session.id, MessageWrite(Role.USER, "Die Straße, ﬁnal"))
     await store.close()
@@ -226,7 +232,7 @@ async def test_the_text_index_migrates_to_the_words_every_backend_matches(
             connection.execute(statement)
         connection.execute("DELETE FROM convostore_schema WHERE version > 3")
     connection.close()
-    reopened = await SQLiteStore.open(db_url(db_path))
+    reopened = await convostore.connect(db_url(db_path))
     try:
         for query in ("strasse", "straße", "final"):
             hits = await reopened.search(query, mode="text")
@@ -238,7 +244,7 @@ async def test_the_text_index_migrates_to_the_words_every_backend_matches(
 
 
 async def test_reopening_keeps_data_and_applies_nothing_twice(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_url(db_path))
+    store = await convostore.connect(db_url(db_path))
     session = await store.create_session(ADA, title="kept")
     message = await store.add_message(
         session.id,
@@ -252,7 +258,7 @@ async def test_reopening_keeps_data_and_applies_nothing_twice(db_path: Path) -> 
         ),
     )
     await store.close()
-    reopened = await SQLiteStore.open(db_url(db_path))
+    reopened = await convostore.connect(db_url(db_path))
     try:
         assert await reopened.get_session(session.id) == replace(
             session,
@@ -268,7 +274,7 @@ async def test_reopening_keeps_data_and_applies_nothing_twice(db_path: Path) -> 
 
 
 async def test_a_newer_schema_is_refused_and_nothing_written(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_url(db_path))
+    store = await convostore.connect(db_url(db_path))
     await store.create_session(ADA)
     await store.close()
     connection = sqlite3.connect(db_path)
@@ -279,28 +285,28 @@ async def test_a_newer_schema_is_refused_and_nothing_written(db_path: Path) -> N
     connection.close()
     before = digest(db_path)
     with pytest.raises(SchemaVersionError, match=f"version {SCHEMA_VERSION + 1}"):
-        await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+        await convostore.connect(db_url(db_path), indexed_metadata=["tenant"])
     assert digest(db_path) == before
     assert raw_rows(db_path, "SELECT count(*) FROM indexed_metadata_keys") == [(0,)]
 
 
 async def test_stores_connecting_at_once_migrate_once(db_path: Path) -> None:
-    stores = await asyncio.gather(*(SQLiteStore.open(db_url(db_path)) for _ in range(6)))
+    stores = await asyncio.gather(*(convostore.connect(db_url(db_path)) for _ in range(6)))
     for store in stores:
         await store.close()
     assert raw_rows(db_path, "SELECT count(*) FROM convostore_schema") == [(SCHEMA_VERSION,)]
 
 
-async def test_a_key_newly_indexed_is_backfilled_and_a_key_dropped_is_forgotten(
+async def test_a_key_newly_indexed_is_backfilled_and_only_an_explicit_drop_forgets_it(
     db_path: Path,
 ) -> None:
     values: list[Any] = ["acme", 7, "7", 2.5, True, None, {"b": [1, "x"]}, ["ü", 1], ""]
-    store = await SQLiteStore.open(db_url(db_path))
+    store = await convostore.connect(db_url(db_path))
     before = [await store.create_session(ADA, metadata={"tenant": v}) for v in values]
     await store.create_session(ADA, metadata={"other": "acme"})
     await store.close()
 
-    store = await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+    store = await convostore.connect(db_url(db_path), indexed_metadata=["tenant"])
     try:
         # A backfilled entry compares exactly as an entry written now does.
         after = [await store.create_session(ADA, metadata={"tenant": v}) for v in values]
@@ -315,11 +321,15 @@ async def test_a_key_newly_indexed_is_backfilled_and_a_key_dropped_is_forgotten(
     finally:
         await store.close()
 
-    store = await SQLiteStore.open(db_url(db_path))
+    # The keys belong to the database: connecting without naming one keeps it.
+    store = await convostore.connect(db_url(db_path))
+    assert store.indexed_metadata == {"tenant"}
+    assert await store.drop_metadata_index("tenant") is True
+    assert await store.drop_metadata_index("tenant") is False
     await store.close()
     assert raw_rows(db_path, "SELECT count(*) FROM session_metadata") == [(0,)]
     assert raw_rows(db_path, "SELECT count(*) FROM indexed_metadata_keys") == [(0,)]
-    store = await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+    store = await convostore.connect(db_url(db_path), indexed_metadata=["tenant"])
     try:
         assert len(await store.find_sessions_by_metadata("tenant", "acme")) == 2
     finally:
@@ -330,7 +340,7 @@ async def test_a_key_newly_indexed_is_backfilled_and_a_key_dropped_is_forgotten(
 
 
 async def test_connection_settings(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_url(db_path, "busy_timeout=1234"))
+    store = await convostore.connect(db_url(db_path, "busy_timeout=1234"))
     try:
         for run in (on_writer, on_reader):
             assert await run(store, "PRAGMA journal_mode") == "wal"
@@ -345,7 +355,7 @@ async def test_connection_settings(db_path: Path) -> None:
 
 @pytest.mark.parametrize(("option", "level"), [("normal", 1), ("full", 2), ("extra", 3)])
 async def test_synchronous_follows_the_url(db_path: Path, option: str, level: int) -> None:
-    store = await SQLiteStore.open(db_url(db_path, f"synchronous={option}"))
+    store = await convostore.connect(db_url(db_path, f"synchronous={option}"))
     try:
         assert await on_writer(store, "PRAGMA synchronous") == level
         assert await on_reader(store, "PRAGMA synchronous") == level
@@ -354,7 +364,7 @@ async def test_synchronous_follows_the_url(db_path: Path, option: str, level: in
 
 
 async def test_every_operation_is_one_thread_hop(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hops: list[str] = []
     original_run = ConnectionWorker.run
@@ -406,7 +416,7 @@ async def test_every_operation_is_one_thread_hop(
     assert await hops_of(store.find_or_create_part(session.id, BOT)) == 1
 
 
-async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) -> None:
+async def test_a_cancelled_call_leaves_the_worker_serving(store: Store) -> None:
     release = threading.Event()
     started = threading.Event()
 
@@ -415,14 +425,14 @@ async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) ->
         release.wait(5)
         return "done"
 
-    waiting = asyncio.ensure_future(store._writer.run(blocking))
+    waiting = asyncio.ensure_future(sqlite_of(store)._writer.run(blocking))
     await asyncio.to_thread(started.wait, 5)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
     # Queued behind the running job, then cancelled before it starts: it never runs.
     ran: list[bool] = []
-    skipped = asyncio.ensure_future(store._writer.run(lambda c: ran.append(True)))
+    skipped = asyncio.ensure_future(sqlite_of(store)._writer.run(lambda c: ran.append(True)))
     await asyncio.sleep(0)
     skipped.cancel()
     release.set()
@@ -432,7 +442,7 @@ async def test_a_cancelled_call_leaves_the_worker_serving(store: SQLiteStore) ->
 
 
 async def test_reads_never_wait_behind_searches(
-    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Searches held on their thread until the reads are done: were they on the reader
     # threads, the reads would queue behind them and time out.
@@ -451,8 +461,8 @@ async def test_reads_never_wait_behind_searches(
 
         return run
 
-    monkeypatch.setattr(sqlite_store_module, "read_vector_search", held(search_vectors))
-    monkeypatch.setattr(sqlite_store_module, "read_text_search", held(search_text))
+    monkeypatch.setattr(sqlite_backend_module, "read_vector_search", held(search_vectors))
+    monkeypatch.setattr(sqlite_backend_module, "read_text_search", held(search_text))
     searches = [
         asyncio.ensure_future(store.search(vector=[1.0, 0.0, 0.0], k=3)),
         asyncio.ensure_future(store.search("hello", mode="text", k=3)),
@@ -478,7 +488,7 @@ async def test_reads_never_wait_behind_searches(
 
 async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
     before = set(threading.enumerate())
-    store = await SQLiteStore.open(db_url(db_path))
+    store = await convostore.connect(db_url(db_path))
     started = set(threading.enumerate()) - before
     assert sorted(t.name for t in started) == [
         "convostore-sqlite-reader-1",
@@ -510,19 +520,19 @@ async def test_a_file_that_is_not_a_database_is_unavailable(tmp_path: Path) -> N
     hasattr(os, "geteuid") and os.geteuid() == 0, reason="file modes do not bind root"
 )
 async def test_a_read_only_database_is_unavailable(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_url(db_path))
+    store = await convostore.connect(db_url(db_path))
     await store.close()
     set_modes(db_path, file_mode=0o444, directory_mode=0o555)
     try:
         with pytest.raises(BackendUnavailableError) as raised:
-            await SQLiteStore.open(db_url(db_path))
+            await convostore.connect(db_url(db_path))
         assert isinstance(raised.value.__cause__, sqlite3.Error)
     finally:
         set_modes(db_path, file_mode=0o644, directory_mode=0o755)
 
 
 async def test_a_locked_database_is_unavailable_and_nothing_leaks(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_url(db_path, "busy_timeout=0"))
+    store = await convostore.connect(db_url(db_path, "busy_timeout=0"))
     session = await store.create_session(ADA)
     blocker = sqlite3.connect(db_path, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
@@ -548,7 +558,7 @@ LONG_LOG = 3000
 @pytest.fixture
 async def traced_store(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[SQLiteStore, list[str]]]:
+) -> AsyncIterator[tuple[Store, list[str]]]:
     """A store whose connections record every statement they run."""
     statements: list[str] = []
 
@@ -557,8 +567,8 @@ async def traced_store(
         connection.set_trace_callback(statements.append)
         return connection
 
-    monkeypatch.setattr(sqlite_store_module, "open_connection", tracing)
-    store = await SQLiteStore.open(db_url(db_path), indexed_metadata=["tenant"])
+    monkeypatch.setattr(sqlite_backend_module, "open_connection", tracing)
+    store = await convostore.connect(db_url(db_path), indexed_metadata=["tenant"])
     yield store, statements
     await store.close()
 
@@ -621,7 +631,7 @@ def full_scans(plan: list[str]) -> list[str]:
 
 
 async def test_reads_and_writes_use_indexes_on_a_long_log(
-    traced_store: tuple[SQLiteStore, list[str]], db_path: Path
+    traced_store: tuple[Store, list[str]], db_path: Path
 ) -> None:
     store, statements = traced_store
     session_id = await long_log(store)
@@ -693,7 +703,7 @@ def test_every_assembled_statement_walks_an_index(db_path: Path) -> None:
     index of the session (or the owner), never by a walk of the whole table."""
     target = SQLiteTarget(str(db_path))
     connection = open_connection(target, reader=False)
-    prepare_database(connection, target, frozenset())
+    prepare_database(connection, target)
     unbound: defaultdict[str, None] = defaultdict(lambda: None)
 
     def plan(statement: str) -> list[str]:
@@ -766,7 +776,7 @@ def random_filter(rng: random.Random, base: datetime) -> EventFilter:
     )
 
 
-async def test_filters_in_sql_answer_as_the_reference(store: SQLiteStore) -> None:
+async def test_filters_in_sql_answer_as_the_reference(store: Store) -> None:
     rng = random.Random(20240506)
     session = await store.create_session(ADA)
     writes = varied_log_writes(rng)
@@ -817,13 +827,13 @@ async def test_filters_in_sql_answer_as_the_reference(store: SQLiteStore) -> Non
 async def test_a_failed_open_leaves_no_thread_behind(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def failing(store: Store) -> None:
+    async def failing(backend: SQLiteBackend, *args: Any) -> None:
         raise BackendUnavailableError("the vector index cannot be read")
 
-    monkeypatch.setattr(SQLiteStore, "_after_connect", failing)
+    monkeypatch.setattr(SQLiteBackend, "after_connect", failing)
     before = set(threading.enumerate())
     with pytest.raises(BackendUnavailableError, match="vector index"):
-        await SQLiteStore.open(db_url(db_path))
+        await convostore.connect(db_url(db_path))
     assert set(threading.enumerate()) <= before
 
 
@@ -834,16 +844,16 @@ BOB = User("bob", "Bob")
 
 
 @pytest.fixture
-async def vector_store(db_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = await SQLiteStore.open(db_url(db_path), embedder=HashingEmbedder(WIDTH))
+async def vector_store(db_path: Path) -> AsyncIterator[Store]:
+    opened = await convostore.connect(db_url(db_path), embedder=HashingEmbedder(WIDTH))
     yield opened
     await opened.close()
 
 
 @pytest.fixture
-async def vector_peer(db_path: Path, vector_store: SQLiteStore) -> AsyncIterator[SQLiteStore]:
+async def vector_peer(db_path: Path, vector_store: Store) -> AsyncIterator[Store]:
     """Another store object on the same file: another set of connections."""
-    opened = await SQLiteStore.open(db_url(db_path), embedder=HashingEmbedder(WIDTH))
+    opened = await convostore.connect(db_url(db_path), embedder=HashingEmbedder(WIDTH))
     yield opened
     await opened.close()
 
@@ -865,7 +875,7 @@ def vector_write(
 
 
 async def vector_session(
-    store: SQLiteStore,
+    store: Store,
     rng: random.Random,
     owner: User = ADA,
     messages: int = 8,
@@ -878,7 +888,7 @@ async def vector_session(
     return session.id
 
 
-async def scanned(store: SQLiteStore, vector: tuple[float, ...], k: int, **scope: Any) -> Any:
+async def scanned(store: Store, vector: tuple[float, ...], k: int, **scope: Any) -> Any:
     """What a scan of the database answers, without the cache."""
     spec = store.vector_index
     roles = scope.get("roles")
@@ -891,11 +901,11 @@ async def scanned(store: SQLiteStore, vector: tuple[float, ...], k: int, **scope
         scope.get("session_id"),
         None if roles is None else tuple(Role(role) for role in roles),
     )
-    return await store._readers.run(in_read_snapshot, sqlite_search._scan, arguments)
+    return await sqlite_of(store)._readers.run(in_read_snapshot, sqlite_search._scan, arguments)
 
 
 async def assert_exact(
-    store: SQLiteStore, rng: random.Random, session_ids: list[str], searches: int = 4
+    store: Store, rng: random.Random, session_ids: list[str], searches: int = 4
 ) -> None:
     """Searches of random vectors in random scopes answer what a scan answers."""
     for _ in range(searches):
@@ -917,18 +927,18 @@ async def assert_exact(
         )
 
 
-async def is_nearest(store: SQLiteStore, vector: Any, message_id: str, **scope: Any) -> bool:
+async def is_nearest(store: Store, vector: Any, message_id: str, **scope: Any) -> bool:
     """Whether the message is the best hit for a vector, as for its own (score 1)."""
     hits = await store.search(vector=vector, k=1, **scope)
     return bool(hits) and hits[0].message.id == message_id and abs(hits[0].score - 1.0) < 1e-5
 
 
-async def found_ids(store: SQLiteStore) -> set[str]:
+async def found_ids(store: Store) -> set[str]:
     """Every message a vector search can find."""
     return {hit.message.id for hit in await store.search(vector=gaussian(random.Random(0)), k=1000)}
 
 
-async def test_the_cache_follows_appends_from_this_store(vector_store: SQLiteStore) -> None:
+async def test_the_cache_follows_appends_from_this_store(vector_store: Store) -> None:
     rng = random.Random(1)
     sessions = [await vector_session(vector_store, rng, owner) for owner in (ADA, BOB)]
     await assert_exact(vector_store, rng, sessions)
@@ -943,7 +953,7 @@ async def test_the_cache_follows_appends_from_this_store(vector_store: SQLiteSto
 
 
 async def test_the_cache_follows_appends_from_another_store(
-    vector_store: SQLiteStore, vector_peer: SQLiteStore
+    vector_store: Store, vector_peer: Store
 ) -> None:
     rng = random.Random(2)
     sessions = [await vector_session(vector_store, rng)]
@@ -958,9 +968,7 @@ async def test_the_cache_follows_appends_from_another_store(
         await assert_exact(vector_peer, rng, sessions, 1)
 
 
-async def test_the_cache_follows_replaced_vectors(
-    vector_store: SQLiteStore, vector_peer: SQLiteStore
-) -> None:
+async def test_the_cache_follows_replaced_vectors(vector_store: Store, vector_peer: Store) -> None:
     rng = random.Random(3)
     sessions = [await vector_session(vector_store, rng, owner) for owner in (ADA, BOB, ADA)]
     await assert_exact(vector_store, rng, sessions)
@@ -969,14 +977,14 @@ async def test_the_cache_follows_replaced_vectors(
         messages = await vector_store.messages(rng.choice(sessions))
         target = rng.choice(messages)
         old, new = target.embedding, gaussian(rng)
-        await writer._set_embeddings(model, [(target.id, tuple(new))])
+        await sqlite_of(writer).set_embeddings(model, [(target.id, tuple(new))])
         assert await is_nearest(vector_store, new, target.id)
         assert not await is_nearest(vector_store, old, target.id)
         await assert_exact(vector_store, rng, sessions, 3)
 
 
 async def test_the_cache_follows_a_reembed_from_either_store(
-    vector_store: SQLiteStore, vector_peer: SQLiteStore
+    vector_store: Store, vector_peer: Store
 ) -> None:
     rng = random.Random(4)
     sessions = [await vector_session(vector_store, rng, owner) for owner in (ADA, BOB)]
@@ -998,7 +1006,7 @@ async def test_the_cache_follows_a_reembed_from_either_store(
 
 
 async def test_the_cache_forgets_a_deleted_session_and_a_reused_rowid(
-    vector_store: SQLiteStore, db_path: Path
+    vector_store: Store, db_path: Path
 ) -> None:
     rng = random.Random(5)
     sessions = [await vector_session(vector_store, rng, owner) for owner in (ADA, BOB, ADA)]
@@ -1029,9 +1037,7 @@ async def test_the_cache_forgets_a_deleted_session_and_a_reused_rowid(
     await assert_exact(vector_store, rng, sessions)
 
 
-async def test_the_cache_forgets_expired_sessions(
-    vector_store: SQLiteStore, vector_peer: SQLiteStore
-) -> None:
+async def test_the_cache_forgets_expired_sessions(vector_store: Store, vector_peer: Store) -> None:
     rng = random.Random(6)
     past = datetime.now(UTC) - timedelta(days=1)
     future = datetime.now(UTC) + timedelta(days=1)
@@ -1049,7 +1055,7 @@ async def test_the_cache_forgets_expired_sessions(
 
 
 async def test_the_cache_stays_exact_through_any_interleaving(
-    vector_store: SQLiteStore, vector_peer: SQLiteStore
+    vector_store: Store, vector_peer: Store
 ) -> None:
     rng = random.Random(7)
     stores = [vector_store, vector_peer]
@@ -1068,7 +1074,9 @@ async def test_the_cache_stays_exact_through_any_interleaving(
         elif action == 3 and sessions:
             messages = await writer.messages(rng.choice(sessions))
             chosen = rng.sample(messages, min(2, len(messages)))
-            await writer._set_embeddings(model, [(m.id, tuple(gaussian(rng))) for m in chosen])
+            await sqlite_of(writer).set_embeddings(
+                model, [(m.id, tuple(gaussian(rng))) for m in chosen]
+            )
         elif action == 4 and len(sessions) > 2:
             await writer.delete_session(sessions.pop(rng.randrange(len(sessions))))
         elif action == 5:
@@ -1082,7 +1090,7 @@ async def test_the_cache_stays_exact_through_any_interleaving(
 
 
 async def test_concurrent_searches_see_what_was_written_before_them(
-    vector_store: SQLiteStore, vector_peer: SQLiteStore
+    vector_store: Store, vector_peer: Store
 ) -> None:
     """Both reader threads share the cache while appends from two stores grow it, past
     the room it was built with."""
@@ -1093,7 +1101,7 @@ async def test_concurrent_searches_see_what_was_written_before_them(
     assert await is_nearest(vector_store, first.embedding, written[0][0])  # room for 65
     appending = 2
 
-    async def append(store: SQLiteStore) -> int:
+    async def append(store: Store) -> int:
         nonlocal appending
         try:
             for _ in range(60):
@@ -1117,7 +1125,7 @@ async def test_concurrent_searches_see_what_was_written_before_them(
 
 
 async def test_a_search_in_an_older_snapshot_answers_for_that_snapshot(
-    vector_store: SQLiteStore, db_path: Path
+    vector_store: Store, db_path: Path
 ) -> None:
     """A reader whose snapshot is older than the cache takes the rows up to its own last
     rowid, and after a change scans the database as it sees it."""
@@ -1166,7 +1174,7 @@ async def test_a_search_in_an_older_snapshot_answers_for_that_snapshot(
 
 
 async def test_searches_read_only_the_rows_added_since(
-    vector_store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+    vector_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loaded: list[int] = []
     append = sqlite_search._VectorTable._append
@@ -1199,7 +1207,7 @@ async def test_searches_read_only_the_rows_added_since(
     assert sum(loaded) == 11  # rebuilt
 
 
-async def test_without_an_index_every_model_of_the_width_is_searched(store: SQLiteStore) -> None:
+async def test_without_an_index_every_model_of_the_width_is_searched(store: Store) -> None:
     rng = random.Random(11)
     session = await store.create_session(ADA)
     writes = [
@@ -1217,7 +1225,7 @@ async def test_without_an_index_every_model_of_the_width_is_searched(store: SQLi
 
 
 async def test_the_generation_moves_on_every_change_but_an_insert(
-    vector_store: SQLiteStore, db_path: Path
+    vector_store: Store, db_path: Path
 ) -> None:
     def generation() -> int:
         [(value,)] = raw_rows(db_path, "SELECT generation FROM vector_generation")
@@ -1232,7 +1240,7 @@ async def test_the_generation_moves_on_every_change_but_an_insert(
     assert fresh is not None
     await vector_store.update_session(replace(fresh, title="titled"))
     assert generation() == start
-    await vector_store._set_embeddings("m", [(message.id, tuple(gaussian(rng)))])
+    await sqlite_of(vector_store).set_embeddings("m", [(message.id, tuple(gaussian(rng)))])
     assert generation() == start + 1
     await vector_store.append_event(session, EventWrite("APP.STEP"))
     assert await vector_store.delete_session(session)
@@ -1240,16 +1248,16 @@ async def test_the_generation_moves_on_every_change_but_an_insert(
 
 
 async def test_close_drops_the_cached_vectors(db_path: Path) -> None:
-    store = await SQLiteStore.open(db_url(db_path), embedder=HashingEmbedder(WIDTH))
+    store = await convostore.connect(db_url(db_path), embedder=HashingEmbedder(WIDTH))
     session = await vector_session(store, random.Random(13))
     assert await store.search(vector=gaussian(random.Random(14)), session_id=session)
-    assert store._vector_cache._table is not None
+    assert sqlite_of(store)._vector_cache._table is not None
     await store.close()
-    assert store._vector_cache._table is None
+    assert sqlite_of(store)._vector_cache._table is None
 
 
 async def test_the_cache_serves_a_memory_database() -> None:
-    store = await SQLiteStore.open("sqlite:///:memory:", embedder=HashingEmbedder(WIDTH))
+    store = await convostore.connect("sqlite:///:memory:", embedder=HashingEmbedder(WIDTH))
     try:
         rng = random.Random(15)
         sessions = [await vector_session(store, rng, owner) for owner in (ADA, BOB)]

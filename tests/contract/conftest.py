@@ -127,26 +127,7 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
 }
 
 # Known failures, one line each: Divergence(backend, "test_module.py::test_name", reason).
-_KEYS_DROPPED = (
-    "indexed keys still belong to the last store that connected: connecting without a "
-    "key drops its index (issue 7: connect adds keys, only an explicit call removes one)"
-)
 DIVERGENCES: list[Divergence] = [
-    Divergence(
-        "sqlite",
-        "test_limits.py::test_a_second_store_without_indexed_metadata_keeps_the_index",
-        _KEYS_DROPPED,
-    ),
-    Divergence(
-        "postgresql",
-        "test_limits.py::test_a_second_store_without_indexed_metadata_keeps_the_index",
-        _KEYS_DROPPED,
-    ),
-    Divergence(
-        "falkordb",
-        "test_limits.py::test_a_second_store_without_indexed_metadata_keeps_the_index",
-        _KEYS_DROPPED,
-    ),
     Divergence(
         "falkordb",
         "test_limits.py::test_stores_dropped_without_close_release_their_threads",

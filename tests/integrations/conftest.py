@@ -7,16 +7,17 @@ the run, so CI can never pass by leaving a framework out.
 
 import importlib.util
 
-from tests.contract.conftest import (
-    backend,
-    connect_store,
-    falkordb_server,
-    in_ci,
-    postgresql_server,
-    store,
-)
+from convostore.testing.fixtures import OnServer
+from tests.contract import conftest as contract
 
-__all__ = ["backend", "connect_store", "falkordb_server", "postgresql_server", "store"]
+backend = contract.backend
+connect_store = contract.connect_store
+store = contract.store
+
+# Each backend's session-wide server fixture, whichever backends the suite runs on.
+for _entry in contract.BACKENDS.values():
+    if isinstance(_entry, OnServer):
+        globals()[_entry.server] = getattr(contract, _entry.server)
 
 _FRAMEWORK_OF = {
     "test_openai_agents.py": "agents",
@@ -35,5 +36,5 @@ def _missing(module: str) -> bool:
 
 
 collect_ignore = [
-    name for name, module in _FRAMEWORK_OF.items() if not in_ci() and _missing(module)
+    name for name, module in _FRAMEWORK_OF.items() if not contract.in_ci() and _missing(module)
 ]

@@ -1,4 +1,6 @@
-"""Backends, one module per database, imported lazily by URL scheme."""
+"""Backends: one package (or module) per database, each a `Backend` subclass
+(`convostore.backends.interface`), found by URL scheme (`convostore.backends.registry`)
+and imported only when a URL names it. `backends.sql` holds what SQL backends share."""
 
 from __future__ import annotations
 
@@ -6,57 +8,43 @@ from collections.abc import Iterable
 from typing import Any
 
 from convostore._urls import redacted
-from convostore.errors import InvalidArgumentError
-from convostore.store import Store
+from convostore.backends.interface import Backend, Capabilities, Connected
+from convostore.backends.registry import backend_for
+from convostore.embedding import Embedder, VectorIndexSpec
+from convostore.store import Store, check_indexed_keys, filtering
 
-__all__ = ["DEFAULT_URL", "open_store"]
+__all__ = ["DEFAULT_URL", "Backend", "Capabilities", "memory_store", "open_store"]
 
 DEFAULT_URL = "sqlite:///convostore.db"
 
-_PLANNED = {
-    "mysql": "MySQL/MariaDB",
-    "mariadb": "MySQL/MariaDB",
-    "neo4j": "Neo4j",
-    "bolt": "Neo4j",
-    "memgraph": "Memgraph",
-}
 
-
-async def open_store(url: str, *, indexed_metadata: Iterable[str], **options: Any) -> Store:
-    """Connect the backend that ``url``'s scheme names."""
-    if not isinstance(url, str) or not url.strip():
-        raise InvalidArgumentError("a store URL must be a non-blank string")
-    store = await _open_backend(url, indexed_metadata=indexed_metadata, **options)
+async def open_store(
+    url: str,
+    *,
+    indexed_metadata: Iterable[str] = (),
+    embedder: Embedder | None = None,
+    **options: Any,
+) -> Store:
+    """Connect the backend that ``url``'s scheme names, run what every backend runs
+    after connecting (`Backend.after_connect`), and put a `Store` on it."""
+    keys = check_indexed_keys(indexed_metadata)
+    chosen = None if embedder is None else filtering(embedder)
+    backend = await backend_for(url).open(url, **options)
+    try:
+        connected = await backend.after_connect(
+            keys, None if chosen is None else VectorIndexSpec.of(chosen)
+        )
+    except BaseException:
+        await backend.close()
+        raise
+    store = Store(backend, connected, embedder=chosen)
     store.url = redacted(url)
     return store
 
 
-async def _open_backend(url: str, *, indexed_metadata: Iterable[str], **options: Any) -> Store:
-    scheme, sep, _ = url.partition("://")
-    scheme = scheme.lower() if sep else "sqlite"
-    if scheme == "memory":
-        from convostore.backends.memory import MemoryStore
-
-        memory = MemoryStore(indexed_metadata=indexed_metadata, **options)
-        await memory._after_connect()
-        return memory
-    if scheme == "sqlite":
-        from convostore.backends.sqlite import SQLiteStore
-
-        store: Store = await SQLiteStore.open(url, indexed_metadata=indexed_metadata, **options)
-        return store
-    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        from convostore.backends.postgresql import PostgreSQLStore
-
-        return await PostgreSQLStore.open(url, indexed_metadata=indexed_metadata, **options)
-    if scheme in ("falkordb", "falkordbs"):
-        from convostore.backends.falkordb import FalkorDBStore
-
-        return await FalkorDBStore.open(url, indexed_metadata=indexed_metadata, **options)
-    if scheme.split("+")[0] in _PLANNED:
-        from convostore.errors import BackendUnavailableError
-
-        raise BackendUnavailableError(
-            f"the {_PLANNED[scheme.split('+')[0]]} backend is not in this release of convostore"
-        )
-    raise InvalidArgumentError(f"unknown store URL scheme {scheme!r} in {url!r}")
+def memory_store() -> Store:
+    """A new, empty ``memory://`` store, made without awaiting (for sync constructors)."""
+    backend = backend_for("memory://")()
+    store = Store(backend, Connected(frozenset(), None, None))
+    store.url = "memory://"
+    return store

@@ -13,13 +13,21 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from convostore._json import index_value
 from convostore._time import to_micros
 from convostore._vectors import as_matrix, top_k
+from convostore.backends.interface import (
+    Backend,
+    Capabilities,
+    SearchScope,
+    SessionPage,
+    TextQuery,
+    VectorQuery,
+)
 from convostore.cursors import Keyset
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec, text_tokens
+from convostore.embedding import PendingEmbedding, VectorIndexSpec, text_tokens
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -53,9 +61,8 @@ from convostore.prepare import (
     new_stamp,
     owned_by_parent,
 )
-from convostore.store import Capabilities, Store
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryBackend"]
 
 # An owner's sessions by last activity: (last_activity_at in microseconds, id).
 _ActivityKey = tuple[int, str]
@@ -76,17 +83,13 @@ class _SessionRecord:
     participants: dict[str, None] = field(default_factory=dict)
 
 
-class MemoryStore(Store):
-    """`memory://`: a store held in this process's memory."""
+class MemoryBackend(Backend):
+    """`memory://`: a database held in this process's memory, one per store."""
 
     capabilities = Capabilities(persistent=False)
 
-    def __init__(self, **options: Any) -> None:
-        indexed = options.pop("indexed_metadata", ())
-        embedder = options.pop("embedder", None)
-        if options:
-            raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
-        super().__init__(indexed_metadata=indexed, embedder=embedder)
+    def __init__(self) -> None:
+        self._indexed_keys: frozenset[str] = frozenset()
         self._vector_spec: VectorIndexSpec | None = None
         self._lock = threading.RLock()
         self._users: dict[str, User] = {}
@@ -100,16 +103,23 @@ class MemoryStore(Store):
         self._counts: dict[str | None, Counter[tuple[str, bool]]] = {}
         self._parts: dict[str, list[str]] = {}
 
-    async def _close(self) -> None:
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        """A new, empty database; ``memory://`` takes no options."""
+        if options:
+            raise InvalidArgumentError(f"unknown memory store options: {sorted(options)}")
+        return cls()
+
+    async def close(self) -> None:
         return None
 
     # ---------------------------------------------------------------- users
 
-    async def _put_user(self, user: User) -> None:
+    async def put_user(self, user: User) -> None:
         with self._lock:
             self._users[user.id] = user
 
-    async def _get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> User | None:
         with self._lock:
             return self._users.get(user_id)
 
@@ -125,7 +135,7 @@ class MemoryStore(Store):
 
     # ---------------------------------------------------------------- sessions
 
-    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         with self._lock:
             return self._insert(new, if_absent=if_absent)
 
@@ -154,7 +164,7 @@ class MemoryStore(Store):
             bisect.insort(self._parts.setdefault(session.part_of, []), session.id)
         return session
 
-    async def _find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: NewSession) -> Session:
         with self._lock:
             part_of, held_with = new.session.part_of, new.session.held_with
             assert part_of is not None
@@ -170,12 +180,12 @@ class MemoryStore(Store):
             assert inserted is not None
             return inserted
 
-    async def _get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> Session | None:
         with self._lock:
             record = self._sessions.get(session_id)
             return None if record is None else record.session
 
-    async def _update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: SessionChanges) -> Session:
         with self._lock:
             record = self._record(changes.session_id)
             if record.session.stamp != changes.expected_stamp:
@@ -191,13 +201,13 @@ class MemoryStore(Store):
             )
             return record.session
 
-    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         with self._lock:
             record = self._record(session_id)
             record.session = replace(record.session, title=title, stamp=stamp)
             return record.session
 
-    async def _delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str) -> bool:
         with self._lock:
             if session_id not in self._sessions:
                 return False
@@ -218,46 +228,23 @@ class MemoryStore(Store):
         if session.part_of is not None and session.part_of in self._parts:
             _remove(self._parts[session.part_of], session.id)
 
-    async def _list_sessions(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[Session]:
+    async def list_sessions(self, page: SessionPage) -> list[Session]:
         with self._lock:
-            return [r.session for r in self._owner_records(owner_id, order, after, limit, filter)]
+            return [r.session for r in self._owner_records(page)]
 
-    async def _list_summaries(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[SessionSummary]:
+    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
         with self._lock:
-            return [
-                self._summary(r) for r in self._owner_records(owner_id, order, after, limit, filter)
-            ]
+            return [self._summary(r) for r in self._owner_records(page)]
 
-    def _owner_records(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[_SessionRecord]:
+    def _owner_records(self, page: SessionPage) -> list[_SessionRecord]:
         """Newest first from the cursor on, walking the owner's index: a page costs its
         own rows (and the rows the filter passes over), wherever it starts."""
         records: list[_SessionRecord] = []
-        for session_id in self._newest_first(owner_id, order, after):
+        for session_id in self._newest_first(page.owner_id, page.order, page.after):
             record = self._sessions[session_id]
-            if _listed(record.session, owner_id, filter):
+            if _listed(record.session, page.owner_id, page.filter):
                 records.append(record)
-                if len(records) == limit:
+                if len(records) == page.limit:
                     break
         return records
 
@@ -276,7 +263,7 @@ class MemoryStore(Store):
         end = len(created) if after is None else bisect.bisect_left(created, after.session_id)
         return (created[i] for i in range(end - 1, -1, -1))
 
-    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         with self._lock:
             return sum(
                 count
@@ -285,7 +272,7 @@ class MemoryStore(Store):
                 and (filter.kind is None or kind == filter.kind)
             )
 
-    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> Session | None:
         with self._lock:
             return self._find(part_of, held_with)
 
@@ -297,7 +284,7 @@ class MemoryStore(Store):
                 return part
         return None
 
-    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
         with self._lock:
             return [self._summary(self._sessions[i]) for i in self._parts.get(part_of, ())]
 
@@ -310,15 +297,29 @@ class MemoryStore(Store):
             started_by=None if record.started_by is None else self._users.get(record.started_by),
         )
 
-    async def _participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[User]:
         with self._lock:
             record = self._sessions.get(session_id)
             if record is None:
                 return []
             return [self._users[i] for i in record.participants if i in self._users]
 
-    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        # Lookups read the sessions' metadata itself: nothing to backfill.
         with self._lock:
+            self._indexed_keys |= keys
+            return self._indexed_keys
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        with self._lock:
+            indexed = key in self._indexed_keys
+            self._indexed_keys -= {key}
+            return indexed
+
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+        with self._lock:
+            if name not in self._indexed_keys:
+                return []
             found = [
                 r.session
                 for r in self._sessions.values()
@@ -326,7 +327,7 @@ class MemoryStore(Store):
             ]
             return sorted(found, key=lambda s: s.id)
 
-    async def _delete_expired(self, before: datetime) -> int:
+    async def delete_expired(self, before: datetime) -> int:
         with self._lock:
             expired = [
                 r.session.id
@@ -343,7 +344,7 @@ class MemoryStore(Store):
 
     # ---------------------------------------------------------------- the log
 
-    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: PreparedAppend) -> AppendOutcome:
         with self._lock:
             record = self._record(append.session_id)
             self._check_users(append.users_to_insert, append.required_user_ids)
@@ -392,12 +393,12 @@ class MemoryStore(Store):
                 bisect.insort(by_activity, _activity_key(record.session))
             return AppendOutcome(applied=True, events=events)
 
-    async def _version(self, session_id: str) -> int:
+    async def version(self, session_id: str) -> int:
         with self._lock:
             record = self._sessions.get(session_id)
             return 0 if record is None else record.session.version
 
-    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         with self._lock:
             record = self._sessions.get(session_id)
             if record is None:
@@ -405,7 +406,7 @@ class MemoryStore(Store):
             view = _View.of(record) if event_filter.active_view else _View(record.log)
             return view.answer(event_filter)
 
-    async def _set_narration(
+    async def set_narration(
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         with self._lock:
@@ -429,10 +430,10 @@ class MemoryStore(Store):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
         return self._vector_spec
 
-    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         with self._lock:
             if replace or self._vector_spec is None:
                 self._vector_spec = spec
@@ -455,7 +456,7 @@ class MemoryStore(Store):
             key=lambda m: m.id,
         )
 
-    async def _pending_embeddings(
+    async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
         with self._lock:
@@ -464,11 +465,11 @@ class MemoryStore(Store):
                 PendingEmbedding(m.id, m.session_id, m.role, m.content) for m in pending[:limit]
             ]
 
-    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
         with self._lock:
             return len(self._pending(model, roles))
 
-    async def _set_embeddings(
+    async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         with self._lock:
@@ -484,61 +485,43 @@ class MemoryStore(Store):
                         event, embedding=vector, embedding_model=model, stamp=new_stamp()
                     )
 
-    def _searchable(
-        self, owner_id: str | None, session_id: str | None, roles: tuple[Role, ...] | None
-    ) -> list[Message]:
+    def _searchable(self, scope: SearchScope) -> list[Message]:
         return [
             event
             for record in self._sessions.values()
-            if (owner_id is None or record.session.owner_id == owner_id)
-            and (session_id is None or record.session.id == session_id)
+            if (scope.owner_id is None or record.session.owner_id == scope.owner_id)
+            and (scope.session_id is None or record.session.id == scope.session_id)
             for event in record.log
-            if isinstance(event, Message) and (roles is None or event.role in roles)
+            if isinstance(event, Message) and (scope.roles is None or event.role in scope.roles)
         ]
 
-    async def _vector_search(
-        self,
-        vector: tuple[float, ...],
-        metric: Metric,
-        model: str | None,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        width = len(query.vector)
         with self._lock:
             candidates = [
                 m
-                for m in self._searchable(owner_id, session_id, roles)
+                for m in self._searchable(query.scope)
                 if m.embedding is not None
-                and len(m.embedding) == len(vector)
-                and (model is None or m.embedding_model == model)
+                and len(m.embedding) == width
+                and (query.model is None or m.embedding_model == query.model)
             ]
-        matrix = as_matrix([m.embedding or () for m in candidates], len(vector))
-        return [
-            SearchHit(candidates[row], score) for row, score in top_k(vector, matrix, metric, k)
-        ]
+        matrix = as_matrix([m.embedding or () for m in candidates], width)
+        ranked = top_k(query.vector, matrix, query.metric, query.k)
+        return [SearchHit(candidates[row], score) for row, score in ranked]
 
-    async def _text_search(
-        self,
-        terms: tuple[str, ...],
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def text_search(self, query: TextQuery) -> list[SearchHit]:
         with self._lock:
-            candidates = self._searchable(owner_id, session_id, roles)
+            candidates = self._searchable(query.scope)
         hits: list[SearchHit] = []
         for message in candidates:
             tokens = text_tokens(message.content)
-            if not tokens or not all(term in tokens for term in terms):
+            if not tokens or not all(term in tokens for term in query.terms):
                 continue
             # Term frequency damped by length: shorter, denser matches rank higher.
-            frequency = sum(tokens.count(term) for term in terms)
+            frequency = sum(tokens.count(term) for term in query.terms)
             hits.append(SearchHit(message, frequency / math.sqrt(len(tokens))))
         hits.sort(key=lambda hit: (-hit.score, hit.message.id))
-        return hits[:k]
+        return hits[: query.k]
 
 
 def _listed(session: Session, owner_id: str, filter: SessionFilter) -> bool:

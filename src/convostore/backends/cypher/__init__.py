@@ -7,5 +7,5 @@ vector procedures, how a transaction is expressed); ``dialect`` also notes what 
 - `dialect`: `CypherDialect` and FalkorDB's dialect.
 - `queries`: the graph model and every query, as named constants with parameters.
 - `values`: values to parameters, rows back to values.
-- `store`: `CypherStore`, whose subclass gives a dialect and a way to run a query.
+- `store`: `CypherBackend`, whose subclass gives a dialect and a way to run a query.
 """

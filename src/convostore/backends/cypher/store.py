@@ -1,4 +1,4 @@
-"""`CypherStore`: the `Store` primitives over Cypher queries, for every graph backend.
+"""`CypherBackend`: the `Backend` primitives over Cypher queries, for every graph backend.
 
 A backend gives a `CypherDialect` and one method, `_run`, that runs a query with its
 parameters and returns its rows (translating its driver's errors); everything else is
@@ -9,7 +9,7 @@ are ``one-query``), except on the rare path that finds out why a write was refus
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final
@@ -26,8 +26,8 @@ from convostore.backends.cypher.values import (
     update_parameters,
     user_parameters,
 )
-from convostore.cursors import Keyset
-from convostore.embedding import Embedder, Metric, PendingEmbedding, VectorIndexSpec
+from convostore.backends.interface import Backend, SessionPage, TextQuery, VectorQuery
+from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -51,14 +51,12 @@ from convostore.model import (
     SearchHit,
     Session,
     SessionFilter,
-    SessionOrder,
     SessionSummary,
     User,
 )
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges, new_stamp
-from convostore.store import Store
 
-__all__ = ["CypherStore"]
+__all__ = ["CypherBackend"]
 
 Rows = list[list[Any]]
 # An append that wrote nothing although nothing was wrong when it was looked into (a
@@ -74,17 +72,10 @@ _MAX_LIMIT: Final = 2**31 - 1
 _FETCH_GROWTH: Final = 4
 
 
-class CypherStore(Store):
-    """A store on a graph database spoken to in Cypher (see `queries` for the model)."""
+class CypherBackend(Backend):
+    """A graph database spoken to in Cypher (see `queries` for the model)."""
 
-    def __init__(
-        self,
-        dialect: CypherDialect,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-    ) -> None:
-        super().__init__(indexed_metadata=indexed_metadata, embedder=embedder)
+    def __init__(self, dialect: CypherDialect) -> None:
         self.dialect = dialect
         self.queries = q.CypherQueries(dialect)
         # The vector index the database holds (None: none), as `_declare_vector_index`
@@ -98,16 +89,16 @@ class CypherStore(Store):
 
     # ---------------------------------------------------------------- users
 
-    async def _put_user(self, user: User) -> None:
+    async def put_user(self, user: User) -> None:
         await self._run(q.PUT_USER, user_parameters(user), write=True)
 
-    async def _get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> User | None:
         rows = await self._run(q.GET_USER, {"id": user_id}, write=False)
         return READER.user(rows[0]) if rows else None
 
     # ---------------------------------------------------------------- sessions
 
-    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         parameters = session_parameters(new, owner_from_parent=False)
         rows = await self._run(q.INSERT_SESSION, parameters, write=True)
         ok, existed, missing, parent_found, parent_part_of, parent_owner, _ = rows[0][:7]
@@ -118,7 +109,7 @@ class CypherStore(Store):
             return None
         raise SessionExistsError(f"session {new.session.id!r} already exists")
 
-    async def _find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: NewSession) -> Session:
         # Writes to a graph run one at a time, so no other part can appear between the
         # look and the insert: every caller settles on the earliest part.
         parameters = session_parameters(new, owner_from_parent=True)
@@ -138,11 +129,11 @@ class CypherStore(Store):
         _refuse_session(new, existed, missing, parent_found, parent_part_of, parent_owner)
         raise SessionExistsError(f"session {session.id!r} already exists")
 
-    async def _get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> Session | None:
         rows = await self._run(q.GET_SESSION, {"id": session_id}, write=False)
         return READER.session(rows[0]) if rows else None
 
-    async def _update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: SessionChanges) -> Session:
         rows = await self._run(q.UPDATE_SESSION, update_parameters(changes), write=True)
         if rows:
             return READER.session(rows[0])
@@ -151,58 +142,44 @@ class CypherStore(Store):
             raise SessionNotFoundError(f"no session {changes.session_id!r}")
         raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
 
-    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         parameters = {"id": session_id, "title": title, "stamp": stamp}
         rows = await self._run(q.SET_TITLE, parameters, write=True)
         if not rows:
             raise SessionNotFoundError(f"no session {session_id!r}")
         return READER.session(rows[0])
 
-    async def _delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str) -> bool:
         rows = await self._run(q.DELETE_SESSION, {"id": session_id}, write=True)
         return bool(rows)
 
-    async def _list_sessions(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[Session]:
-        query, parameters = _listing(False, owner_id, order, after, limit, filter)
+    async def list_sessions(self, page: SessionPage) -> list[Session]:
+        query, parameters = _listing(False, page)
         return [READER.session(row) for row in await self._run(query, parameters, write=False)]
 
-    async def _list_summaries(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[SessionSummary]:
-        query, parameters = _listing(True, owner_id, order, after, limit, filter)
+    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+        query, parameters = _listing(True, page)
         return [READER.summary(row) for row in await self._run(query, parameters, write=False)]
 
-    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         query = q.count(filter.include_parts, filter.kind is not None)
         rows = await self._run(query, {"owner_id": owner_id, "kind": filter.kind}, write=False)
         return int(rows[0][0])
 
-    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> Session | None:
         parameters = {"part_of": part_of, "held_with": held_with}
         rows = await self._run(q.FIND_PART, parameters, write=False)
         return READER.session(rows[0]) if rows else None
 
-    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
         rows = await self._run(q.LIST_PARTS, {"part_of": part_of}, write=False)
         return [READER.summary(row) for row in rows]
 
-    async def _participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[User]:
         rows = await self._run(q.PARTICIPANTS, {"id": session_id}, write=False)
         return [user for row in rows if (user := READER.user(row)) is not None]
 
-    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
         entry = metadata_entry(name, value)
         rows = await self._run(q.SESSIONS_BY_METADATA, {"entry": entry}, write=False)
         # The index holds digests: the values themselves are compared here.
@@ -211,13 +188,13 @@ class CypherStore(Store):
             s for s in sessions if name in s.metadata and index_value(s.metadata[name]) == value
         ]
 
-    async def _delete_expired(self, before: datetime) -> int:
+    async def delete_expired(self, before: datetime) -> int:
         rows = await self._run(q.DELETE_EXPIRED, {"before": to_micros(before)}, write=True)
         return int(rows[0][0]) if rows else 0
 
     # ---------------------------------------------------------------- the log
 
-    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: PreparedAppend) -> AppendOutcome:
         parameters = append_parameters(append)
         for _ in range(_APPEND_ATTEMPTS):
             rows = await self._run(self.queries.append, parameters, write=True)
@@ -256,11 +233,11 @@ class CypherStore(Store):
         where = "" if clash.session_id == append.session_id else " by another session"
         raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
 
-    async def _version(self, session_id: str) -> int:
+    async def version(self, session_id: str) -> int:
         rows = await self._run(q.SESSION_VERSION, {"id": session_id}, write=False)
         return int(rows[0][0]) if rows else 0
 
-    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         if event_filter.last == 0 or event_filter.limit == 0:
             return []
         if event_filter.active_view:
@@ -270,7 +247,7 @@ class CypherStore(Store):
         query, parameters = _read_query(session_id, event_filter)
         return [READER.event(row) for row in await self._run(query, parameters, write=False)]
 
-    async def _set_narration(
+    async def set_narration(
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         parameters = {
@@ -284,7 +261,7 @@ class CypherStore(Store):
 
     # ---------------------------------------------------------------- embeddings
 
-    async def _pending_embeddings(
+    async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
         parameters = {
@@ -296,12 +273,12 @@ class CypherStore(Store):
         rows = await self._run(q.PENDING_PAGE, parameters, write=False)
         return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
 
-    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
         parameters = {"model": model, "roles": [role.value for role in roles]}
         rows = await self._run(q.COUNT_PENDING, parameters, write=False)
         return int(rows[0][0])
 
-    async def _set_embeddings(
+    async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         items = [
@@ -310,16 +287,13 @@ class CypherStore(Store):
         ]
         await self._run(self.queries.set_embeddings, {"model": model, "items": items}, write=True)
 
-    async def _vector_search(
-        self,
-        vector: tuple[float, ...],
-        metric: Metric,
-        model: str | None,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def vector_search(self, query_: VectorQuery) -> list[SearchHit]:
+        vector, metric, model, k = query_.vector, query_.metric, query_.model, query_.k
+        owner_id, session_id, roles = (
+            query_.scope.owner_id,
+            query_.scope.session_id,
+            query_.scope.roles,
+        )
         index = self.native_index
         indexed = (
             index is not None
@@ -353,14 +327,13 @@ class CypherStore(Store):
         hits.sort(key=lambda hit: -hit.score)
         return hits[:k]
 
-    async def _text_search(
-        self,
-        terms: tuple[str, ...],
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+        terms, k = query.terms, query.k
+        owner_id, session_id, roles = (
+            query.scope.owner_id,
+            query.scope.session_id,
+            query.scope.roles,
+        )
         scope = (owner_id is not None, session_id is not None, roles is not None)
         parameters = {
             "query": self.dialect.fulltext_terms(terms),
@@ -405,23 +378,17 @@ def _refuse_session(
             raise InvalidArgumentError("part_of must name a session with the same owner")
 
 
-def _listing(
-    summaries: bool,
-    owner_id: str,
-    order: SessionOrder,
-    after: Keyset | None,
-    limit: int,
-    filter: SessionFilter,
-) -> tuple[str, dict[str, Any]]:
+def _listing(summaries: bool, page: SessionPage) -> tuple[str, dict[str, Any]]:
+    after, filter = page.after, page.filter
     query = q.listing(
-        summaries, order, filter.include_parts, filter.kind is not None, after is not None
+        summaries, page.order, filter.include_parts, filter.kind is not None, after is not None
     )
     parameters = {
-        "owner_id": owner_id,
+        "owner_id": page.owner_id,
         "kind": filter.kind,
         "after_id": None if after is None else after.session_id,
         "after_at": None if after is None else after.last_activity_us,
-        "limit": limit,
+        "limit": page.limit,
     }
     return query, parameters
 

@@ -1,9 +1,9 @@
 """`falkordb://`: FalkorDB, through the ``falkordb`` client's asyncio API and a pool of
 connections, on the Cypher layer of `convostore.backends.cypher` (its FalkorDB dialect).
 
-- `store`: `FalkorDBStore`: connections, running a query, where the driver's errors end.
+- `store`: `FalkorDBBackend`: connections, running a query, where the driver's errors end.
 - `schema`: the versioned migrations (range, full-text and vector indexes) applied at
-  connect, and the metadata index's keys.
+  connect, and the metadata index's keys (added and backfilled, or dropped).
 - `url`: ``falkordb://`` and ``falkordbs://`` URLs and their options.
 
 The client is the ``falkordb`` extra; without it, importing this package raises
@@ -21,13 +21,13 @@ except ImportError as missing:
     ) from missing
 
 from convostore.backends.falkordb.schema import MIGRATIONS, SCHEMA_VERSION
-from convostore.backends.falkordb.store import FalkorDBStore
+from convostore.backends.falkordb.store import FalkorDBBackend
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
 
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "FalkorDBStore",
+    "FalkorDBBackend",
     "FalkorDBTarget",
     "parse_falkordb_url",
 ]

@@ -54,15 +54,13 @@ async def prepare_graph(
     run: Run,
     ddl: Callable[[str], Awaitable[None]],
     queries: q.CypherQueries,
-    indexed_keys: frozenset[str],
     where: str,
 ) -> GraphFacts:
-    """Migrate the graph to `SCHEMA_VERSION`, index ``indexed_keys`` (backfilling the
-    keys newly named, dropping those no longer named) and say what vector index it has.
-    A newer schema raises `SchemaVersionError` and writes nothing. ``ddl`` runs a DDL
-    query, taking an index that already exists as done."""
+    """Migrate the graph to `SCHEMA_VERSION` and say what vector index it has. A newer
+    schema raises `SchemaVersionError` and writes nothing. ``ddl`` runs a DDL query,
+    taking an index that already exists as done."""
     rows = await run(q.READ_SCHEMA, _KEY)
-    version, keys, dimensions, metric, model = rows[0]
+    version, _, dimensions, metric, model = rows[0]
     recorded = int(version or 0)
     if recorded > SCHEMA_VERSION:
         raise SchemaVersionError(
@@ -78,7 +76,6 @@ async def prepare_graph(
             await ddl(ranges[(label, prop)] if kind == "RANGE" else queries.fulltext_index())
     if recorded < SCHEMA_VERSION:
         await run(q.RECORD_VERSION, {**_KEY, "version": SCHEMA_VERSION})
-    await _index_metadata_keys(run, set(keys or ()), indexed_keys)
     spec = None
     if model is not None:
         checked: Metric = "euclidean" if metric == "euclidean" else "cosine"
@@ -86,27 +83,38 @@ async def prepare_graph(
     return GraphFacts(spec, (*q.VECTOR, "VECTOR") in existing)
 
 
-async def _index_metadata_keys(run: Run, indexed: set[str], keys: frozenset[str]) -> None:
-    """Stores sharing a graph should name the same keys: the last one to connect
-    decides which keys the index holds."""
-    if indexed == keys:
-        return
-    for name in sorted(indexed - keys):
-        await run(q.DROP_KEY_ENTRIES, {"prefix": f"{name}="})
+async def _indexed_keys(run: Run) -> set[str]:
+    _, keys, *_ = (await run(q.READ_SCHEMA, _KEY))[0]
+    return set(keys or ())
+
+
+async def add_indexed_keys(run: Run, keys: frozenset[str]) -> frozenset[str]:
+    """Index ``keys`` too, backfilling those not yet indexed; every indexed key."""
+    indexed = await _indexed_keys(run)
     added = sorted(keys - indexed)
-    if added:
-        rows = []
-        for session_id, metadata, entries in await run(q.SESSIONS_WITH_METADATA, {}):
-            values = loads(metadata)
-            new = [
-                metadata_entry(name, index_value(values[name])) for name in added if name in values
-            ]
-            if new:
-                kept = [e for e in entries or () if e.split("=", 1)[0] not in added]
-                rows.append({"id": session_id, "metadata": metadata, "entries": kept + new})
-        if rows:
-            await run(q.SET_METADATA_ENTRIES, {"rows": rows})
-    await run(q.RECORD_INDEXED_KEYS, {**_KEY, "keys": sorted(keys)})
+    if not added:
+        return frozenset(indexed)
+    rows = []
+    for session_id, metadata, entries in await run(q.SESSIONS_WITH_METADATA, {}):
+        values = loads(metadata)
+        new = [metadata_entry(name, index_value(values[name])) for name in added if name in values]
+        if new:
+            kept = [e for e in entries or () if e.split("=", 1)[0] not in added]
+            rows.append({"id": session_id, "metadata": metadata, "entries": kept + new})
+    if rows:
+        await run(q.SET_METADATA_ENTRIES, {"rows": rows})
+    await run(q.RECORD_INDEXED_KEYS, {**_KEY, "keys": sorted(indexed | keys)})
+    return frozenset(indexed | keys)
+
+
+async def remove_indexed_key(run: Run, key: str) -> bool:
+    """Stop indexing ``key`` and drop its entries; False if it was not indexed."""
+    indexed = await _indexed_keys(run)
+    if key not in indexed:
+        return False
+    await run(q.DROP_KEY_ENTRIES, {"prefix": f"{key}="})
+    await run(q.RECORD_INDEXED_KEYS, {**_KEY, "keys": sorted(indexed - {key})})
+    return True
 
 
 async def read_vector_index(run: Run) -> VectorIndexSpec | None:

@@ -1,12 +1,11 @@
-"""`FalkorDBStore`: the Cypher store on FalkorDB, through the ``falkordb`` client's
+"""`FalkorDBBackend`: the Cypher backend on FalkorDB, through the ``falkordb`` client's
 asyncio API and a pool of connections; where the driver's errors end."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 import redis.asyncio as aioredis
 from falkordb.asyncio import FalkorDB
@@ -15,14 +14,14 @@ from falkordb.exceptions import SchemaVersionMismatchException
 from redis import exceptions as redis_errors
 
 from convostore.backends.cypher.dialect import FALKORDB
-from convostore.backends.cypher.store import CypherStore, Rows
+from convostore.backends.cypher.store import CypherBackend, Rows
 from convostore.backends.falkordb import schema
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
-from convostore.embedding import Embedder, VectorIndexSpec
+from convostore.backends.interface import Capabilities
+from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
-from convostore.store import Capabilities
 
-__all__ = ["FalkorDBStore", "translate_error"]
+__all__ = ["FalkorDBBackend", "translate_error"]
 
 log = logging.getLogger("convostore.falkordb")
 
@@ -32,9 +31,8 @@ _ALREADY_INDEXED = ("already indexed", "already exists")
 _DURABLE = {"appendonly": "yes", "appendfsync": "always"}
 
 
-class FalkorDBStore(CypherStore):
-    """A store in one graph of a FalkorDB server. Open it with `open`, which migrates
-    the graph's schema.
+class FalkorDBBackend(CypherBackend):
+    """One graph of a FalkorDB server. `open` migrates the graph's schema.
 
     Each primitive is one Cypher query on a connection of the pool: FalkorDB runs the
     writes to a graph one at a time, each atomically, so a query's checks and writes
@@ -45,45 +43,31 @@ class FalkorDBStore(CypherStore):
         persistent=True, native_vector_index=True, full_text_index=True, cross_process=True
     )
 
-    def __init__(
-        self,
-        target: FalkorDBTarget,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-    ) -> None:
-        super().__init__(FALKORDB, indexed_metadata=indexed_metadata, embedder=embedder)
+    def __init__(self, target: FalkorDBTarget) -> None:
+        super().__init__(FALKORDB)
         self.target = target
         self._where = target.where
         self._pool: aioredis.BlockingConnectionPool | None = None
         self._graph: AsyncGraph | None = None
 
     @classmethod
-    async def open(
-        cls,
-        url: str,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-        **options: Any,
-    ) -> FalkorDBStore:
-        """Connect to the graph ``url`` names (see `parse_falkordb_url`), migrate its
-        schema and index ``indexed_metadata``."""
+    async def open(cls, url: str, **options: Any) -> Self:
+        """Connect to the graph ``url`` names (see `parse_falkordb_url`) and migrate its
+        schema."""
         if options:
             raise InvalidArgumentError(f"unknown FalkorDB store options: {sorted(options)}")
-        store = cls(parse_falkordb_url(url), indexed_metadata=indexed_metadata, embedder=embedder)
+        backend = cls(parse_falkordb_url(url))
         try:
-            await store._connect()
+            await backend._connect()
             facts = await schema.prepare_graph(
-                store._schema_query, store._ddl, store.queries, store.indexed_metadata, store._where
+                backend._schema_query, backend._ddl, backend.queries, backend._where
             )
             if facts.vector_index_built:
-                store.native_index = facts.vector_index
-            await store._after_connect()
+                backend.native_index = facts.vector_index
         except BaseException:
-            await store._close()
+            await backend.close()
             raise
-        return store
+        return backend
 
     async def _connect(self) -> None:
         target = self.target
@@ -120,7 +104,7 @@ class FalkorDBStore(CypherStore):
                 settings.get("appendfsync"),
             )
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
         pool, self._pool = self._pool, None
         self._graph = None
         if pool is not None:
@@ -163,10 +147,16 @@ class FalkorDBStore(CypherStore):
 
     # ---------------------------------------------------------------- the vector index
 
-    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await schema.add_indexed_keys(self._schema_query, keys)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await schema.remove_indexed_key(self._schema_query, key)
+
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
         return await schema.read_vector_index(self._schema_query)
 
-    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         self.native_index = await schema.declare_vector_index(
             self._schema_query, self._ddl, self.queries, spec, replace=replace
         )

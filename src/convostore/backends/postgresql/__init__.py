@@ -3,7 +3,7 @@ pgvector's HNSW index for vector search where the extension is installed.
 
 Modules, in the order a call goes through them:
 
-- `store`: `PostgreSQLStore`, whose primitives each run one function on one pooled
+- `backend`: `PostgreSQLBackend`, whose primitives each run one function on one pooled
   connection, and where psycopg's errors end.
 - `connection`: how connections are opened and set up; the error translation.
 - `operations`: the functions, one per primitive of the log and sessions.
@@ -28,8 +28,8 @@ except ImportError as missing:
         "pip install 'convostore[postgresql]'"
     ) from missing
 
+from convostore.backends.postgresql.backend import PostgreSQLBackend
 from convostore.backends.postgresql.schema import MIGRATIONS, SCHEMA_VERSION
-from convostore.backends.postgresql.store import PostgreSQLStore
 from convostore.backends.postgresql.url import (
     PostgreSQLTarget,
     parse_postgresql_url,
@@ -38,7 +38,7 @@ from convostore.backends.postgresql.url import (
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "PostgreSQLStore",
+    "PostgreSQLBackend",
     "PostgreSQLTarget",
     "parse_postgresql_url",
 ]

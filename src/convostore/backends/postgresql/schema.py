@@ -201,15 +201,11 @@ class ServerFacts:
 
 
 async def prepare_database(
-    connection: AsyncConnection[Any],
-    schema: str,
-    indexed_keys: frozenset[str],
-    where: str,
+    connection: AsyncConnection[Any], schema: str, where: str
 ) -> ServerFacts:
-    """Create the schema if need be, install pgvector where allowed, migrate to
-    `SCHEMA_VERSION` and index ``indexed_keys``: all in one transaction, under the
-    schema's advisory lock. A newer schema raises `SchemaVersionError` and writes
-    nothing."""
+    """Create the schema if need be, install pgvector where allowed and migrate to
+    `SCHEMA_VERSION`: all in one transaction, under the schema's advisory lock. A newer
+    schema raises `SchemaVersionError` and writes nothing."""
     schema_table = sql.Identifier(schema, "convostore_schema").as_string(connection)
     async with connection.transaction():
         await connection.execute(TAKE_SCHEMA_LOCK, (ADVISORY_LOCK_CLASS, schema))
@@ -261,7 +257,6 @@ async def prepare_database(
             for statement in MIGRATIONS[number - 1]:
                 await connection.execute(statement)
             await connection.execute(RECORD_MIGRATION, (number,))
-        await _index_metadata_keys(connection, indexed_keys)
     text_collation = next((c for c in TEXT_COLLATIONS if c in (collations or ())), None)
     return ServerFacts(vector_schema, _version_tuple(vector_version), text_collation)
 
@@ -289,23 +284,34 @@ def _version_tuple(version: str | None) -> tuple[int, ...]:
     return tuple(numbers)
 
 
-async def _index_metadata_keys(connection: AsyncConnection[Any], keys: frozenset[str]) -> None:
-    """Backfill the index for keys newly named; drop the keys no longer named.
+async def add_indexed_keys(
+    connection: AsyncConnection[Any], keys: frozenset[str], lock: tuple[str, tuple[Any, ...]]
+) -> frozenset[str]:
+    """Record and backfill each key of ``keys`` not yet indexed, in one transaction under
+    the schema's advisory lock (``lock``); return every indexed key."""
+    async with connection.transaction():
+        cursor = await connection.execute(SELECT_INDEXED_KEYS)
+        indexed = {str(row[0]) for row in await cursor.fetchall()}
+        if keys <= indexed:
+            return frozenset(indexed)
+        await connection.execute(*lock)
+        cursor = await connection.execute(SELECT_INDEXED_KEYS)
+        indexed = {str(row[0]) for row in await cursor.fetchall()}
+        for name in sorted(keys - indexed):
+            await connection.execute(INSERT_INDEXED_KEY, (name,))
+            rows = await (await connection.execute(SESSIONS_WITH_KEY, (name,))).fetchall()
+            # The value is rendered by the function every write uses, so a backfilled
+            # entry compares exactly as a written one does.
+            values = [_json.index_value(_json.loads(metadata)[name]) for _, metadata in rows]
+            await connection.execute(
+                INSERT_KEY_ENTRIES, (name, values, [session_id for session_id, _ in rows])
+            )
+        return frozenset(indexed | keys)
 
-    Stores sharing a schema should name the same keys: the last one to connect decides
-    which keys the index holds.
-    """
-    cursor = await connection.execute(SELECT_INDEXED_KEYS)
-    indexed = {str(row[0]) for row in await cursor.fetchall()}
-    for name in sorted(indexed - keys):
-        await connection.execute(DELETE_KEY_ENTRIES, (name,))
-        await connection.execute(DELETE_INDEXED_KEY, (name,))
-    for name in sorted(keys - indexed):
-        await connection.execute(INSERT_INDEXED_KEY, (name,))
-        rows = await (await connection.execute(SESSIONS_WITH_KEY, (name,))).fetchall()
-        # The value is rendered by the function every write uses, so a backfilled entry
-        # compares exactly as a written one does.
-        values = [_json.index_value(_json.loads(metadata)[name]) for _, metadata in rows]
-        await connection.execute(
-            INSERT_KEY_ENTRIES, (name, values, [session_id for session_id, _ in rows])
-        )
+
+async def remove_indexed_key(connection: AsyncConnection[Any], key: str) -> bool:
+    """Forget ``key`` and its entries, in one transaction."""
+    async with connection.transaction():
+        await connection.execute(DELETE_KEY_ENTRIES, (key,))
+        cursor = await connection.execute(DELETE_INDEXED_KEY, (key,))
+        return cursor.rowcount > 0

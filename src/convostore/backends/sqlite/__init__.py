@@ -2,7 +2,7 @@
 
 Modules, in the order a call goes through them:
 
-- `store`: `SQLiteStore`, whose primitives each hand one function to one thread.
+- `backend`: `SQLiteBackend`, whose primitives each hand one function to one thread.
 - `worker`: the threads that own connections, and where sqlite3 errors are translated.
 - `connection`: how connections are set up; the write and read transactions.
 - `operations`: the functions the threads run, one per primitive.
@@ -13,8 +13,8 @@ Modules, in the order a call goes through them:
 - `url`: ``sqlite://`` URLs and their options.
 """
 
+from convostore.backends.sqlite.backend import SQLiteBackend
 from convostore.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION
-from convostore.backends.sqlite.store import SQLiteStore
 from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore", "SQLiteTarget", "parse_sqlite_url"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteBackend", "SQLiteTarget", "parse_sqlite_url"]

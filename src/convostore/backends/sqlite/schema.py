@@ -260,10 +260,8 @@ INSERT_KEY_ENTRY: Final = (
 )
 
 
-def prepare_database(
-    connection: sqlite3.Connection, target: SQLiteTarget, indexed_keys: frozenset[str]
-) -> None:
-    """Migrate the schema to `SCHEMA_VERSION` and the metadata index to ``indexed_keys``.
+def prepare_database(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
+    """Migrate the schema to `SCHEMA_VERSION`.
 
     A database of a newer version raises `SchemaVersionError` before anything, not even
     the journal mode, is written to it.
@@ -272,7 +270,7 @@ def prepare_database(
     if not target.in_memory:
         _use_wal(connection)
     # Under the write lock, so processes connecting at once migrate one after another.
-    in_write_transaction(connection, _migrate, (target, indexed_keys))
+    in_write_transaction(connection, _migrate, (target,))
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:
@@ -302,9 +300,7 @@ def _refuse_newer(version: int, target: SQLiteTarget) -> None:
         )
 
 
-def _migrate(
-    connection: sqlite3.Connection, target: SQLiteTarget, indexed_keys: frozenset[str]
-) -> None:
+def _migrate(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
     connection.execute(CREATE_SCHEMA_TABLE)
     version = _recorded_version(connection)
     _refuse_newer(version, target)
@@ -312,19 +308,12 @@ def _migrate(
         for statement in MIGRATIONS[number - 1]:
             connection.execute(statement)
         connection.execute(RECORD_MIGRATION, (number, to_micros(utc_now())))
-    _index_metadata_keys(connection, indexed_keys)
 
 
-def _index_metadata_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> None:
-    """Backfill the index for keys newly named; drop the keys no longer named.
-
-    Processes sharing a database should name the same keys: the last one to connect
-    decides which keys the index holds.
-    """
+def write_indexed_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> frozenset[str]:
+    """Record and backfill each key of ``keys`` not yet indexed (in the caller's write
+    transaction); return every indexed key."""
     indexed = {row[0] for row in connection.execute(SELECT_INDEXED_KEYS)}
-    for name in sorted(indexed - keys):
-        connection.execute(DELETE_KEY_ENTRIES, (name,))
-        connection.execute(DELETE_INDEXED_KEY, (name,))
     for name in sorted(keys - indexed):
         connection.execute(INSERT_INDEXED_KEY, (name,))
         # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
@@ -338,3 +327,10 @@ def _index_metadata_keys(connection: sqlite3.Connection, keys: frozenset[str]) -
                 for session_id, metadata in rows
             ],
         )
+    return frozenset(indexed | keys)
+
+
+def write_unindexed_key(connection: sqlite3.Connection, key: str) -> bool:
+    """Forget ``key`` and its entries (in the caller's write transaction)."""
+    connection.execute(DELETE_KEY_ENTRIES, (key,))
+    return connection.execute(DELETE_INDEXED_KEY, (key,)).rowcount > 0

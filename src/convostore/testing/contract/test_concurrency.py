@@ -194,7 +194,7 @@ async def test_last_activity_never_moves_back_under_lagging_writers(
     async def lagging(index: int, when: datetime) -> None:
         # The append as a writer whose clock lags would prepare it.
         prepared = prepare_append(session.id, [say(f"at {when}", created_at=when)], None)
-        await pick(stores, index)._append(replace(prepared, activity_at=when))
+        await pick(stores, index).backend.append(replace(prepared, activity_at=when))
 
     await asyncio.gather(*(lagging(i + 1, when) for i, when in enumerate(clocks)))
     current = await stores[0].get_session(session.id)

@@ -287,8 +287,8 @@ async def test_only_messages_with_words_wait_for_a_vector(store: Store) -> None:
     session = await new_session(store)
     for content in ("\n\t", "\u00a0\u3000", "  ", "", "\u3000\n\x1c ", "\u2028", "word"):
         await store.add_message(session.id, MessageWrite(Role.USER, content))
-    assert await store._count_pending_embeddings("m", tuple(Role)) == 1
-    pending = await store._pending_embeddings("m", (Role.USER,), None, 10)
+    assert await store.backend.count_pending_embeddings("m", tuple(Role)) == 1
+    pending = await store.backend.pending_embeddings("m", (Role.USER,), None, 10)
     assert [p.content for p in pending] == ["word"]
     embedder = CountingEmbedder()
     assert (await store.reembed(embedder)).messages == 1

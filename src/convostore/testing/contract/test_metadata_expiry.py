@@ -94,12 +94,17 @@ async def test_oldest_first(indexed_store: Store) -> None:
     assert found == created
 
 
-async def test_unindexed_keys_are_refused(indexed_store: Store, store: Store) -> None:
+async def test_unindexed_keys_are_refused(indexed_store: Store) -> None:
     await new_session(indexed_store, metadata={"other": "acme"})
     with pytest.raises(NotIndexedError) as caught:
         await indexed_store.find_sessions_by_metadata("other", "acme")
     assert isinstance(caught.value, ValueError)
     assert isinstance(caught.value, InvalidArgumentError)
+
+
+async def test_a_database_that_indexes_no_key_refuses_every_lookup(store: Store) -> None:
+    await new_session(store, metadata={"tenant": "acme"})
+    assert store.indexed_metadata == frozenset()
     with pytest.raises(NotIndexedError):
         await store.find_sessions_by_metadata("tenant", "acme")
 
@@ -145,6 +150,40 @@ async def test_index_survives_reconnecting(
     await indexed_store.close()
     reopened = await connect_store(indexed_metadata=("tenant", "topic"))
     assert await reopened.find_sessions_by_metadata("tenant", "acme") == [session]
+
+
+async def test_indexed_keys_belong_to_the_database(
+    indexed_store: Store, connect_store: StoreFactory
+) -> None:
+    if not indexed_store.capabilities.cross_process:
+        pytest.skip("the backend shares no database between store objects")
+    session = await new_session(indexed_store, metadata={"tenant": "acme", "colour": "red"})
+    # A store that names no keys neither drops nor hides the ones the database indexes.
+    plain = await connect_store()
+    assert plain.indexed_metadata == {"tenant", "topic"}
+    assert await indexed_store.find_sessions_by_metadata("tenant", "acme") == [session]
+    assert await plain.find_sessions_by_metadata("tenant", "acme") == [session]
+    # Naming another key adds it, backfilled, to the rest.
+    more = await connect_store(indexed_metadata=["colour"])
+    assert more.indexed_metadata == {"tenant", "topic", "colour"}
+    assert await more.find_sessions_by_metadata("colour", "red") == [session]
+    # Only an explicit call drops one.
+    assert await plain.drop_metadata_index("tenant") is True
+    with pytest.raises(NotIndexedError):
+        await plain.find_sessions_by_metadata("tenant", "acme")
+    later = await connect_store()
+    assert later.indexed_metadata == {"topic", "colour"}
+
+
+async def test_a_dropped_key_is_no_longer_searchable(indexed_store: Store) -> None:
+    await new_session(indexed_store, metadata={"tenant": "acme"})
+    assert await indexed_store.drop_metadata_index("tenant") is True
+    assert indexed_store.indexed_metadata == {"topic"}
+    with pytest.raises(NotIndexedError):
+        await indexed_store.find_sessions_by_metadata("tenant", "acme")
+    assert await indexed_store.drop_metadata_index("tenant") is False
+    with pytest.raises(InvalidArgumentError):
+        await indexed_store.drop_metadata_index("not a key")
 
 
 # ------------------------------------------------------------------ expiry

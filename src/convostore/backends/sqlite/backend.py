@@ -1,14 +1,21 @@
-"""`SQLiteStore`: the `Store` primitives, each one function run on one thread."""
+"""`SQLiteBackend`: the `Backend` primitives, each one function run on one thread."""
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final, TypeVar, TypeVarTuple
+from typing import Any, Final, Self, TypeVar, TypeVarTuple
 
 from convostore._time import to_micros
+from convostore.backends.interface import (
+    Backend,
+    Capabilities,
+    SessionPage,
+    TextQuery,
+    VectorQuery,
+)
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import (
     in_read_snapshot,
@@ -29,7 +36,11 @@ from convostore.backends.sqlite.operations import (
     write_update_session,
 )
 from convostore.backends.sqlite.rows import session_from_row, summary_from_row, user_from_row
-from convostore.backends.sqlite.schema import prepare_database
+from convostore.backends.sqlite.schema import (
+    prepare_database,
+    write_indexed_keys,
+    write_unindexed_key,
+)
 from convostore.backends.sqlite.search import (
     VectorCache,
     read_count_pending,
@@ -42,8 +53,7 @@ from convostore.backends.sqlite.search import (
 )
 from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
 from convostore.backends.sqlite.worker import ConnectionWorker
-from convostore.cursors import Keyset
-from convostore.embedding import Embedder, Metric, PendingEmbedding, VectorIndexSpec
+from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.model import (
@@ -52,14 +62,12 @@ from convostore.model import (
     SearchHit,
     Session,
     SessionFilter,
-    SessionOrder,
     SessionSummary,
     User,
 )
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
-from convostore.store import Capabilities, Store
 
-__all__ = ["READER_THREADS", "SEARCH_THREADS", "SQLiteStore"]
+__all__ = ["READER_THREADS", "SEARCH_THREADS", "SQLiteBackend"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -68,8 +76,8 @@ READER_THREADS: Final = 2
 SEARCH_THREADS: Final = 1
 
 
-class SQLiteStore(Store):
-    """A store on one SQLite database: a file, or ``:memory:`` (gone at close).
+class SQLiteBackend(Backend):
+    """One SQLite database: a file, or ``:memory:`` (gone at close).
 
     One writer thread owns the only connection that writes; `READER_THREADS` reader
     threads each own one that reads, which WAL lets run while the writer writes, and
@@ -80,14 +88,7 @@ class SQLiteStore(Store):
     384 dimensions, until close (see `convostore.backends.sqlite.search`).
     """
 
-    def __init__(
-        self,
-        target: SQLiteTarget,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-    ) -> None:
-        super().__init__(indexed_metadata=indexed_metadata, embedder=embedder)
+    def __init__(self, target: SQLiteTarget) -> None:
         self.target = target
         self.capabilities = Capabilities(
             persistent=not target.in_memory,
@@ -129,38 +130,30 @@ class SQLiteStore(Store):
         )
 
     @classmethod
-    async def open(
-        cls,
-        url: str,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-        **options: Any,
-    ) -> SQLiteStore:
+    async def open(cls, url: str, **options: Any) -> Self:
         """Open the database ``url`` names (see `parse_sqlite_url`), creating it if need
-        be, and migrate it to this version's schema and ``indexed_metadata``."""
+        be, and migrate it to this version's schema."""
         if options:
             raise InvalidArgumentError(f"unknown SQLite store options: {sorted(options)}")
         target = parse_sqlite_url(url)
         if not target.in_memory:
             _require_directory(target.path)
-        store = cls(target, indexed_metadata=indexed_metadata, embedder=embedder)
-        await store._writer.start()
+        backend = cls(target)
+        await backend._writer.start()
         try:
-            await store._writer.run(prepare_database, target, store.indexed_metadata)
-            if store._readers is not store._writer:
-                await store._readers.start()
-                await store._searchers.start()
-            await store._after_connect()
+            await backend._writer.run(prepare_database, target)
+            if backend._readers is not backend._writer:
+                await backend._readers.start()
+                await backend._searchers.start()
         except BaseException:
-            await store._close()  # Stops whichever threads started; the rest is a no-op.
+            await backend.close()  # Stops whichever threads started; the rest is a no-op.
             raise
-        return store
+        return backend
 
-    def _release_when_dropped(self) -> Callable[[], None]:
-        return functools.partial(_abandon, self._writer, self._readers)
+    def release_when_dropped(self) -> Callable[[], None]:
+        return functools.partial(_abandon, self._writer, self._readers, self._searchers)
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
         if self._readers is not self._writer:
             await self._searchers.stop()
             await self._readers.stop()
@@ -174,150 +167,133 @@ class SQLiteStore(Store):
 
     # ---------------------------------------------------------------- users
 
-    async def _put_user(self, user: User) -> None:
+    async def put_user(self, user: User) -> None:
         await self._write(write_put_user, user)
 
-    async def _get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> User | None:
         row = await self._readers.run(read_one, sql.SELECT_USER, user_id)
         return None if row is None else user_from_row(row)
 
     # ---------------------------------------------------------------- sessions
 
-    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         return await self._write(write_insert_session, new, if_absent)
 
-    async def _find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: NewSession) -> Session:
         return await self._write(write_find_or_insert_part, new)
 
-    async def _get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> Session | None:
         row = await self._readers.run(read_one, sql.SELECT_SESSION, session_id)
         return None if row is None else session_from_row(row)
 
-    async def _update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: SessionChanges) -> Session:
         return await self._write(write_update_session, changes)
 
-    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         return await self._write(write_set_title, session_id, title, stamp)
 
-    async def _delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str) -> bool:
         return await self._write(write_delete, sql.DELETE_SESSION, session_id) > 0
 
-    async def _list_sessions(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[Session]:
-        statement, parameters = _listing(False, owner_id, order, after, limit, filter)
+    async def list_sessions(self, page: SessionPage) -> list[Session]:
+        statement, parameters = _listing(False, page)
         rows = await self._readers.run(read_all, statement, parameters)
         return [session_from_row(row) for row in rows]
 
-    async def _list_summaries(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[SessionSummary]:
-        statement, parameters = _listing(True, owner_id, order, after, limit, filter)
+    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+        statement, parameters = _listing(True, page)
         rows = await self._readers.run(read_all, statement, parameters)
         return [summary_from_row(row) for row in rows]
 
-    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         statement = sql.count_sql(filter.include_parts, filter.kind is not None)
         parameters = {"owner_id": owner_id, "kind": filter.kind}
         rows = await self._readers.run(read_all, statement, parameters)
         return int(rows[0][0])
 
-    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> Session | None:
         rows = await self._readers.run(read_all, sql.FIND_PART, (part_of, held_with))
         return session_from_row(rows[0]) if rows else None
 
-    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
         rows = await self._readers.run(read_all, sql.LIST_PARTS, (part_of,))
         return [summary_from_row(row) for row in rows]
 
-    async def _participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[User]:
         rows = await self._readers.run(read_all, sql.PARTICIPANTS, (session_id,))
         return [user for row in rows if (user := user_from_row(row)) is not None]
 
-    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
         rows = await self._readers.run(read_all, sql.SESSIONS_BY_METADATA, (name, value))
         return [session_from_row(row) for row in rows]
 
-    async def _delete_expired(self, before: datetime) -> int:
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await self._write(write_indexed_keys, keys)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await self._write(write_unindexed_key, key)
+
+    async def delete_expired(self, before: datetime) -> int:
         return await self._write(write_delete, sql.DELETE_EXPIRED, to_micros(before))
 
     # ---------------------------------------------------------------- the log
 
-    async def _append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: PreparedAppend) -> AppendOutcome:
         return await self._write(write_append, append)
 
-    async def _version(self, session_id: str) -> int:
+    async def version(self, session_id: str) -> int:
         row = await self._readers.run(read_one, sql.SESSION_VERSION, session_id)
         return 0 if row is None else int(row[0])
 
-    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         if event_filter.last is None and not event_filter.active_view:
             # A single statement sees one snapshot without a transaction around it.
             return await self._readers.run(read_events, session_id, event_filter)
         return await self._readers.run(in_read_snapshot, read_events, (session_id, event_filter))
 
-    async def _set_narration(
+    async def set_narration(
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         return await self._write(write_set_narration, session_id, message_id, text, stamp)
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
         return await self._readers.run(read_vector_index)
 
-    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         await self._write(write_vector_index, spec, replace)
 
-    async def _pending_embeddings(
+    async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
         return await self._readers.run(read_pending, model, roles, after, limit)
 
-    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
         return await self._readers.run(read_count_pending, model, roles)
 
-    async def _set_embeddings(
+    async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         await self._write(write_embeddings, model, vectors)
 
-    async def _vector_search(
-        self,
-        vector: tuple[float, ...],
-        metric: Metric,
-        model: str | None,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        scope = query.scope
         return await self._searchers.run(
             in_read_snapshot,
             read_vector_search,
-            (self._vector_cache, vector, metric, model, k, owner_id, session_id, roles),
+            (
+                *(self._vector_cache, query.vector, query.metric, query.model, query.k),
+                *(scope.owner_id, scope.session_id, scope.roles),
+            ),
         )
 
-    async def _text_search(
-        self,
-        terms: tuple[str, ...],
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+        scope = query.scope
         return await self._searchers.run(
-            in_read_snapshot, read_text_search, (terms, k, owner_id, session_id, roles)
+            in_read_snapshot,
+            read_text_search,
+            (query.terms, query.k, scope.owner_id, scope.session_id, scope.roles),
         )
 
 
@@ -332,25 +308,25 @@ def _require_directory(path: str) -> None:
 
 def _listing(
     summaries: bool,
-    owner_id: str,
-    order: SessionOrder,
-    after: Keyset | None,
-    limit: int,
-    filter: SessionFilter,
+    page: SessionPage,
 ) -> tuple[str, dict[str, Any]]:
+    order, after, filter = page.order, page.after, page.filter
     statement = sql.listing_sql(
         summaries, order, filter.include_parts, filter.kind is not None, after is not None
     )
     parameters = {
-        "owner_id": owner_id,
+        "owner_id": page.owner_id,
         "kind": filter.kind,
         "after_id": None if after is None else after.session_id,
         "after_at": None if after is None else after.last_activity_us,
-        "limit": limit,
+        "limit": page.limit,
     }
     return statement, parameters
 
 
-def _abandon(writer: ConnectionWorker, readers: ConnectionWorker) -> None:
+def _abandon(
+    writer: ConnectionWorker, readers: ConnectionWorker, searchers: ConnectionWorker
+) -> None:
+    searchers.abandon()
     readers.abandon()
     writer.abandon()

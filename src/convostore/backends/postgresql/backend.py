@@ -1,19 +1,26 @@
-"""`PostgreSQLStore`: the `Store` primitives, each one function on one pooled connection."""
+"""`PostgreSQLBackend`: the `Backend` primitives, each one function on one pooled connection."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from convostore._time import from_micros
+from convostore.backends.interface import (
+    Backend,
+    Capabilities,
+    SessionPage,
+    TextQuery,
+    VectorQuery,
+)
 from convostore.backends.postgresql import search
 from convostore.backends.postgresql import statements as sql
 from convostore.backends.postgresql.connection import (
@@ -41,12 +48,13 @@ from convostore.backends.postgresql.schema import (
     ADVISORY_LOCK_CLASS,
     TAKE_SCHEMA_LOCK,
     ServerFacts,
+    add_indexed_keys,
     prepare_database,
+    remove_indexed_key,
     search_path,
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
-from convostore.cursors import Keyset
-from convostore.embedding import Embedder, Metric, PendingEmbedding, VectorIndexSpec
+from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.model import (
@@ -55,14 +63,12 @@ from convostore.model import (
     SearchHit,
     Session,
     SessionFilter,
-    SessionOrder,
     SessionSummary,
     User,
 )
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
-from convostore.store import Capabilities, Store
 
-__all__ = ["PostgreSQLStore"]
+__all__ = ["PostgreSQLBackend"]
 
 log = logging.getLogger("convostore.postgresql")
 
@@ -72,22 +78,15 @@ P = ParamSpec("P")
 _ITERATIVE_SCAN_SINCE = (0, 8)
 
 
-class PostgreSQLStore(Store):
-    """A store on a PostgreSQL database (14 or newer), in one schema of it.
+class PostgreSQLBackend(Backend):
+    """A PostgreSQL database (14 or newer), in one schema of it.
 
     Each primitive takes one connection from a `psycopg_pool.AsyncConnectionPool` and
-    runs as one statement (or one transaction). Open it with `open`, which migrates the
-    schema and installs pgvector where the role may.
+    runs as one statement (or one transaction). `open` migrates the schema and installs
+    pgvector where the role may.
     """
 
-    def __init__(
-        self,
-        target: PostgreSQLTarget,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-    ) -> None:
-        super().__init__(indexed_metadata=indexed_metadata, embedder=embedder)
+    def __init__(self, target: PostgreSQLTarget) -> None:
         self.target = target
         self.facts = ServerFacts(vector_schema=None, vector_version=(), text_collation=None)
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
@@ -97,36 +96,27 @@ class PostgreSQLStore(Store):
         self._pool_checks: set[asyncio.Task[None]] = set()
 
     @classmethod
-    async def open(
-        cls,
-        url: str,
-        *,
-        indexed_metadata: Iterable[str] = (),
-        embedder: Embedder | None = None,
-        **options: Any,
-    ) -> PostgreSQLStore:
+    async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the database ``url`` names (see `parse_postgresql_url`), create
-        the schema if need be and migrate it to this version's schema and
-        ``indexed_metadata``, then open the pool."""
+        the schema if need be and migrate it to this version's schema, then open the
+        pool."""
         if options:
             raise InvalidArgumentError(f"unknown PostgreSQL store options: {sorted(options)}")
-        store = cls(parse_postgresql_url(url), indexed_metadata=indexed_metadata, embedder=embedder)
-        target = store.target
+        backend = cls(parse_postgresql_url(url))
+        target = backend.target
         try:
             connection = await open_connection(target)
         except psycopg.Error as error:
             raise translate_error(error, target.where) from error
         try:
-            facts = await prepare_database(
-                connection, target.schema, store.indexed_metadata, target.where
-            )
+            facts = await prepare_database(connection, target.schema, target.where)
         except psycopg.Error as error:
             raise translate_error(error, target.where) from error
         finally:
             await connection.close()
-        store.facts = facts
-        store.capabilities = replace(
-            store.capabilities, native_vector_index=facts.vector_schema is not None
+        backend.facts = facts
+        backend.capabilities = replace(
+            backend.capabilities, native_vector_index=facts.vector_schema is not None
         )
         with_vectors = facts.vector_schema is not None
         settings = session_settings(
@@ -135,25 +125,18 @@ class PostgreSQLStore(Store):
             iterative_scan=with_vectors and facts.vector_version >= _ITERATIVE_SCAN_SINCE,
         )
         pool = open_pool(target, settings)
-        store._pool = pool
+        backend._pool = pool
         try:
             await pool.open(wait=True, timeout=target.pool_timeout)
-            await store._after_connect()
         except psycopg.Error as error:
             await pool.close()
             raise translate_error(error, target.where) from error
         except BaseException:
             await pool.close()
             raise
-        if embedder is not None and facts.vector_schema is None:
-            log.warning(
-                "%s: pgvector is not installed in this database; vector search is "
-                "unavailable (messages are still embedded and stored)",
-                target.where,
-            )
-        return store
+        return backend
 
-    async def _close(self) -> None:
+    async def close(self) -> None:
         for task in list(self._pool_checks):
             task.cancel()
         if self._pool is not None:
@@ -198,97 +181,89 @@ class PostgreSQLStore(Store):
 
     # ---------------------------------------------------------------- users
 
-    async def _put_user(self, user: User) -> None:
+    async def put_user(self, user: User) -> None:
         await self._run(put_user, user)
 
-    async def _get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> User | None:
         row = await self._run(fetch_one, sql.SELECT_USER, (user_id,))
         return None if row is None else user_from_row(row)
 
     # ---------------------------------------------------------------- sessions
 
-    async def _insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         return await self._run(insert_session, new, if_absent)
 
-    async def _find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: NewSession) -> Session:
         return await self._run(find_or_insert_part, new)
 
-    async def _get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> Session | None:
         row = await self._fetch_one_binary(sql.SELECT_SESSION, (session_id,))
         return None if row is None else session_from_row(row)
 
-    async def _update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: SessionChanges) -> Session:
         return await self._run(update_session, changes)
 
-    async def _set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         return await self._run(set_title, session_id, title, stamp)
 
-    async def _delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str) -> bool:
         return await self._run(row_count, sql.DELETE_SESSION, (session_id,)) > 0
 
-    async def _list_sessions(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[Session]:
-        statement, parameters = _listing(False, owner_id, order, after, limit, filter)
+    async def list_sessions(self, page: SessionPage) -> list[Session]:
+        statement, parameters = _listing(False, page)
         rows = await self._fetch_all_binary(statement, parameters)
         return [session_from_row(row) for row in rows]
 
-    async def _list_summaries(
-        self,
-        owner_id: str,
-        order: SessionOrder,
-        after: Keyset | None,
-        limit: int,
-        filter: SessionFilter,
-    ) -> list[SessionSummary]:
-        statement, parameters = _listing(True, owner_id, order, after, limit, filter)
+    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+        statement, parameters = _listing(True, page)
         rows = await self._fetch_all_binary(statement, parameters)
         return [summary_from_row(row) for row in rows]
 
-    async def _count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         statement = sql.count_sql(filter.include_parts, filter.kind is not None)
         row = await self._run(fetch_one, statement, {"owner_id": owner_id, "kind": filter.kind})
         return int(row[0])
 
-    async def _find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> Session | None:
         row = await self._fetch_one_binary(sql.FIND_PART, (part_of, held_with))
         return None if row is None else session_from_row(row)
 
-    async def _list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
         rows = await self._fetch_all_binary(sql.LIST_PARTS, (part_of,))
         return [summary_from_row(row) for row in rows]
 
-    async def _participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[User]:
         rows = await self._run(fetch_all, sql.PARTICIPANTS, (session_id,))
         return [user for row in rows if (user := user_from_row(row)) is not None]
 
-    async def _find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
         rows = await self._fetch_all_binary(
             sql.SESSIONS_BY_METADATA, {"name": name, "value": value}
         )
         return [session_from_row(row) for row in rows]
 
-    async def _delete_expired(self, before: datetime) -> int:
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await self._run(add_indexed_keys, keys, self._schema_lock)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await self._run(remove_indexed_key, key)
+
+    async def delete_expired(self, before: datetime) -> int:
         return await self._run(row_count, sql.DELETE_EXPIRED, {"before": before})
 
     # ---------------------------------------------------------------- the log
 
-    async def _append(self, append_: PreparedAppend) -> AppendOutcome:
+    async def append(self, append_: PreparedAppend) -> AppendOutcome:
         return await self._run(append, append_)
 
-    async def _version(self, session_id: str) -> int:
+    async def version(self, session_id: str) -> int:
         row = await self._run(fetch_one, sql.SESSION_VERSION, (session_id,))
         return 0 if row is None else int(row[0])
 
-    async def _read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         return await self._run(read_events, session_id, event_filter, self.facts.text_collation)
 
-    async def _set_narration(
+    async def set_narration(
         self, session_id: str, message_id: str, text: str | None, stamp: str
     ) -> bool:
         parameters = (text, stamp, message_id, session_id)
@@ -296,10 +271,16 @@ class PostgreSQLStore(Store):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def _vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
         return await self._run(search.vector_index_spec)
 
-    async def _declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        if self.facts.vector_schema is None:
+            log.warning(
+                "%s: pgvector is not installed in this database; vector search is "
+                "unavailable (messages are still embedded and stored)",
+                self._where,
+            )
         await self._declare(spec, replace=replace, build=True)
 
     async def _declare(self, spec: VectorIndexSpec, *, replace: bool, build: bool) -> None:
@@ -312,65 +293,46 @@ class PostgreSQLStore(Store):
             lock=self._schema_lock,
         )
 
-    async def _begin_reembed(self, spec: VectorIndexSpec) -> bool:
+    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
         """Point the vector index at ``spec``; True when that recreated it. A new index
-        is built after the run (`_end_reembed`), over every vector at once, rather than
+        is built after the run (`end_reembed`), over every vector at once, rather than
         one insert at a time during it."""
-        if await self._vector_index_spec() == spec:
+        if await self.vector_index_spec() == spec:
             return False
         await self._declare(spec, replace=True, build=False)
         return True
 
-    async def _end_reembed(self, spec: VectorIndexSpec) -> None:
+    async def end_reembed(self, spec: VectorIndexSpec) -> None:
         await self._declare(spec, replace=False, build=True)
 
-    async def _pending_embeddings(
+    async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
         return await self._run(search.pending, model, roles, after, limit)
 
-    async def _count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
         return await self._run(search.count_pending, model, roles)
 
-    async def _set_embeddings(
+    async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         await self._run(search.set_embeddings, model, vectors)
 
-    async def _vector_search(
-        self,
-        vector: tuple[float, ...],
-        metric: Metric,
-        model: str | None,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
+    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
         if self.facts.vector_schema is None:
             raise BackendUnavailableError(
                 f"{self._where}: vector search needs the PostgreSQL extension 'vector' "
                 "(pgvector), which is not installed in this database: have an "
                 "administrator run CREATE EXTENSION vector, then reconnect"
             )
+        scope = (query.scope.owner_id, query.scope.session_id, query.scope.roles)
         return await self._run(
-            search.vector_search,
-            vector,
-            metric,
-            model,
-            k,
-            (owner_id, session_id, roles),
+            search.vector_search, query.vector, query.metric, query.model, query.k, scope
         )
 
-    async def _text_search(
-        self,
-        terms: tuple[str, ...],
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> list[SearchHit]:
-        return await self._run(search.text_search, terms, k, (owner_id, session_id, roles))
+    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+        scope = (query.scope.owner_id, query.scope.session_id, query.scope.roles)
+        return await self._run(search.text_search, query.terms, query.k, scope)
 
     # ---------------------------------------------------------------- helpers
 
@@ -392,12 +354,9 @@ async def _fetch_all_binary(connection: Connection, statement: str, parameters: 
 
 def _listing(
     summaries: bool,
-    owner_id: str,
-    order: SessionOrder,
-    after: Keyset | None,
-    limit: int,
-    filter: SessionFilter,
+    page: SessionPage,
 ) -> tuple[str, dict[str, Any]]:
+    order, after, filter = page.order, page.after, page.filter
     statement = sql.listing_sql(
         summaries, order, filter.include_parts, filter.kind is not None, after is not None
     )
@@ -405,10 +364,10 @@ def _listing(
     if after is not None and after.last_activity_us is not None:
         after_at = from_micros(after.last_activity_us)
     parameters = {
-        "owner_id": owner_id,
+        "owner_id": page.owner_id,
         "kind": filter.kind,
         "after_id": None if after is None else after.session_id,
         "after_at": after_at,
-        "limit": limit,
+        "limit": page.limit,
     }
     return statement, parameters
