@@ -132,7 +132,7 @@ DIVERGENCES: list[Divergence] = [
         "falkordb",
         "test_limits.py::test_stores_dropped_without_close_release_their_threads",
         "a FalkorDB store collected without close() keeps its connections' sockets open: "
-        "it gives no _release_when_dropped",
+        "its backend gives no release_when_dropped",
     ),
 ]
 
