@@ -2,11 +2,12 @@
 FalkorDB's vector index against an exact scan, on one server this script starts
 (tests/servers/falkordb.py: AOF with appendfsync always, the durable default).
 
-1. Appends: ``await store.add_message(...)`` one after another, against the raw client
-   running the very query the store runs (`CypherQueries.append`) with parameters built
-   by hand. Ratio: store / raw (target >= 0.8).
+1. Appends: ``await store.add_message(...)`` against the raw client running the very
+   query the store runs (`CypherQueries.append`) with parameters built by hand, one of
+   each in turn (so both meet the same server, disk and load). Ratio: store / raw
+   (target >= 0.8).
 2. The last-20 window of a 2,000-event log: ``store.read(id, EventFilter(last=20))``
-   against the raw client running the same query. Ratio: store / raw.
+   against the raw client running the same query, in turn. Ratio: store / raw.
 3. Listing: pages of 20 of one owner's 2,000 sessions, the first page against the
    50th (keyset: both should cost the same), and a count.
 4. Vectors: 100,000 messages x 384 dimensions (clustered random vectors, 1,000 topics
@@ -24,7 +25,7 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,14 +51,6 @@ Matrix = npt.NDArray[np.float32]
 def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
-async def timed(calls: int, call: Callable[[], Awaitable[Any]]) -> float:
-    """Calls per second of ``call``, one after another."""
-    started = time.perf_counter()
-    for _ in range(calls):
-        await call()
-    return calls / (time.perf_counter() - started)
 
 
 async def open_store(url: str, **options: Any) -> Any:
@@ -97,42 +90,32 @@ def raw_append_parameters(session_id: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def store_round(url: str, messages: int) -> float:
-    store = await open_store(url)
+async def appends(base: str, messages: int) -> None:
+    """Store and raw appends alternate, one each in turn, on two sessions of one graph:
+    both meet the same server, disk and load, whatever else the machine does."""
+    print("\n1. appends, one conversation each: store vs the raw client, same query")
+    store = await open_store(f"{base}/appends")
     try:
-        session = await store.create_session(AUTHOR)
+        mine, raw = await store.create_session(AUTHOR), await store.create_session(AUTHOR)
         write = MessageWrite(Role.USER, CONTENT, author=AUTHOR.id)
-        return await timed(messages, lambda: store.add_message(session.id, write))
-    finally:
-        await store.close()
-
-
-async def raw_round(url: str, messages: int) -> float:
-    store = await open_store(url)
-    try:
-        session = await store.create_session(AUTHOR)
         graph, query = store.backend.graph, store.backend.queries.append
-
-        async def raw_append() -> None:
-            result = await graph.query(query, raw_append_parameters(session.id))
+        store_times: list[float] = []
+        raw_times: list[float] = []
+        for _ in range(messages):
+            began = time.perf_counter()
+            await store.add_message(mine.id, write)
+            store_times.append(time.perf_counter() - began)
+            began = time.perf_counter()
+            result = await graph.query(query, raw_append_parameters(raw.id))
+            raw_times.append(time.perf_counter() - began)
             assert result.result_set
-
-        return await timed(messages, raw_append)
     finally:
         await store.close()
-
-
-async def appends(base: str, messages: int, rounds: int) -> None:
-    print("\n1. appends, one conversation: store vs the raw client, same query")
-    store_rates: list[float] = []
-    raw_rates: list[float] = []
-    # Interleaved rounds, each on a fresh graph; the median of each.
-    for round_ in range(rounds):
-        store_rates.append(await store_round(f"{base}/appends_store_{round_}", messages))
-        raw_rates.append(await raw_round(f"{base}/appends_raw_{round_}", messages))
-    store_rate, raw_rate = statistics.median(store_rates), statistics.median(raw_rates)
+    store_rate, raw_rate = len(store_times) / sum(store_times), len(raw_times) / sum(raw_times)
     print(
-        f"   store {store_rate:,.0f} msg/s, raw {raw_rate:,.0f} msg/s: {store_rate / raw_rate:.2f}"
+        f"   store {store_rate:,.0f} msg/s (p50 {percentile(store_times, 0.5) * 1000:.2f} ms),"
+        f" raw {raw_rate:,.0f} msg/s (p50 {percentile(raw_times, 0.5) * 1000:.2f} ms):"
+        f" {store_rate / raw_rate:.2f}"
     )
 
 
@@ -155,13 +138,19 @@ async def window(base: str, reads: int) -> None:
     async def raw_read() -> None:
         assert (await store.backend.graph.ro_query(query, parameters)).result_set
 
-    store_rates, raw_rates = [], []
-    for _ in range(3):
-        store_rates.append(await timed(reads, lambda: store.read(session.id, EventFilter(last=20))))
-        raw_rates.append(await timed(reads, raw_read))
-    store_rate, raw_rate = statistics.median(store_rates), statistics.median(raw_rates)
+    store_times: list[float] = []
+    raw_times: list[float] = []
+    for _ in range(reads):
+        began = time.perf_counter()
+        await store.read(session.id, EventFilter(last=20))
+        store_times.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        await raw_read()
+        raw_times.append(time.perf_counter() - began)
+    store_rate, raw_rate = reads / sum(store_times), reads / sum(raw_times)
     print(
-        f"   store {store_rate:,.0f} reads/s, raw {raw_rate:,.0f} reads/s:"
+        f"   store {store_rate:,.0f} reads/s (p50 {percentile(store_times, 0.5) * 1000:.2f} ms),"
+        f" raw {raw_rate:,.0f} reads/s (p50 {percentile(raw_times, 0.5) * 1000:.2f} ms):"
         f" {store_rate / raw_rate:.2f}"
     )
     await store.close()
@@ -293,7 +282,7 @@ async def run(arguments: argparse.Namespace) -> None:
     with FalkorDBServer() as server:
         base = server.url("x").rsplit("/", 1)[0]
         print(f"FalkorDB server: {base} (AOF, appendfsync always)")
-        await appends(base, arguments.messages, arguments.rounds)
+        await appends(base, arguments.messages)
         await window(base, arguments.reads)
         await listing(base)
         if arguments.vectors:
@@ -308,7 +297,6 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=500, help="window reads per figure")
     parser.add_argument("--vectors", type=int, default=100_000, help="messages with vectors")
     parser.add_argument("--queries", type=int, default=200, help="searches per figure")
-    parser.add_argument("--rounds", type=int, default=3, help="runs per append figure (median)")
     asyncio.run(run(parser.parse_args()))
 
 

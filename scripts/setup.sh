@@ -15,6 +15,16 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,falkordb,test-servers,openai-agents,adk,langchain,langgraph,framework-peers]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,falkordb,test-servers,openai-agents,adk,langchain,langgraph,framework-peers,bench]'
 # The test server's pgvector, rebuilt once for any x86-64 processor (see the script).
 scripts/build_pgvector.sh
+# MariaDB for the MySQL backend's tests, from Debian (the tests start their own server
+# on a temporary data directory; the package's own service is not used).
+if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mariadb-server
+  else
+    echo "setup: install mariadb-server (Debian) for the MySQL backend's tests" >&2
+  fi
+fi

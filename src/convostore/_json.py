@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import orjson
+
 from convostore.errors import InvalidArgumentError
 
 MAX_JSON_DEPTH: Final = 100
@@ -58,7 +60,13 @@ def check_text(text: str, name: str) -> str:
 
 
 def loads(text: str) -> Any:
-    return json.loads(text)
+    """Stored JSON back as values. orjson reads it several times faster than json (this
+    runs for every non-empty JSON column of every row read); it refuses integers beyond
+    64 bits, which json wrote and reads back exactly."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def normalized(value: Any, name: str) -> tuple[Any, str]:

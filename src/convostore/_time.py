@@ -29,4 +29,5 @@ def to_micros(value: datetime) -> int:
 
 
 def from_micros(value: int) -> datetime:
-    return EPOCH + timedelta(microseconds=value)
+    # timedelta(days, seconds, microseconds) by position: the fastest exact form.
+    return EPOCH + timedelta(0, 0, value)

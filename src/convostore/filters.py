@@ -81,6 +81,8 @@ class EventFilter:
             raise InvalidArgumentError("text must be a string")
         if self.text is not None:
             _json.check_text(self.text, "text")
+        if roles is None and types is None and self.since is None and self.until is None:
+            return self  # nothing to normalise: the common read skips a copy
         return replace(
             self,
             roles=roles,

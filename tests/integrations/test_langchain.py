@@ -128,3 +128,14 @@ def test_blocking_methods_with_a_sync_store(backend: Any) -> None:
         messages = store.messages("lc-s")
         assert all(isinstance(m, Message) for m in messages)
         assert len(messages) == len(CONVERSATION)
+
+
+async def test_a_bad_message_is_refused_and_nothing_is_written(store: Store) -> None:
+    from convostore import InvalidArgumentError
+
+    history = ConvostoreChatMessageHistory("lc-1", store)
+    await history.aadd_messages([HumanMessage("kept")])
+    bad: Any = "not a message"
+    with pytest.raises(InvalidArgumentError, match="expected a LangChain message"):
+        await history.aadd_messages([HumanMessage("lost"), bad])
+    assert await history.aget_messages() == [HumanMessage("kept")]

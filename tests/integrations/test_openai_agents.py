@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+import pytest
 from agents import Agent, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled
 from agents.items import TResponseInputItem, TResponseStreamEvent
 from agents.memory import Session
@@ -240,3 +241,15 @@ async def test_runner_resumes_a_session_offline(connect_store: Any) -> None:
         Role.ASSISTANT,
     ]
     assert messages[2].content == "Lima: 10 million"
+
+
+async def test_a_bad_item_is_refused_and_nothing_is_written(store: Store) -> None:
+    from convostore import InvalidArgumentError
+
+    session = ConvostoreSession("s-1", store)
+    await session.add_items([USER_TEXT])
+    with pytest.raises(InvalidArgumentError, match="is a mapping"):
+        await session.add_items([ASSISTANT_MESSAGE, cast(TResponseInputItem, "not an item")])
+    with pytest.raises(InvalidArgumentError):
+        await session.add_items([{"role": "user", "content": "nul \x00 in text"}])
+    assert await session.get_items() == [USER_TEXT]

@@ -8,6 +8,7 @@ import re
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+from convostore.errors import InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.ids import new_id
 from convostore.model import COMPACTION, Event, EventWrite, Message, MessageWrite
@@ -170,7 +171,7 @@ class StoreRunner:
             except RuntimeError:
                 self._loop = None
         if not isinstance(target, Store):
-            raise TypeError("expected a convostore Store (or convostore.sync store)")
+            raise InvalidArgumentError("expected a convostore Store (or convostore.sync store)")
         self.store: Store = target
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:

@@ -17,6 +17,7 @@ object that another writer has moved past is refused by `append_event` with ADK'
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -121,22 +122,27 @@ class ConvostoreSessionService(BaseSessionService):
         if stored is None or not _belongs(stored, app_name, user_id):
             return None
         version = stored.version
-        events: list[AdkEvent] = []
         recent = config.num_recent_events if config else None
-        if recent != 0:
-            since = (
-                datetime.fromtimestamp(config.after_timestamp, UTC)
-                if config and config.after_timestamp
-                else None
-            )
+        since = (
+            datetime.fromtimestamp(config.after_timestamp, UTC)
+            if config and config.after_timestamp
+            else None
+        )
+
+        async def read_events() -> list[AdkEvent]:
+            if recent == 0:
+                return []
             read = await self.store.read(
                 session_id, EventFilter(active_view=True, since=since, last=recent)
             )
-            events = [adk for event in read if (adk := event_to_adk_event(event)) is not None]
-            if recent is not None:
-                events = events[-recent:]
-        app_state = await self._holder_state(app_holder_id(app_name))
-        user_state = await self._holder_state(user_holder_id(app_name, user_id))
+            found = [adk for event in read if (adk := event_to_adk_event(event)) is not None]
+            return found if recent is None else found[-recent:]
+
+        events, app_state, user_state = await asyncio.gather(
+            read_events(),
+            self._holder_state(app_holder_id(app_name)),
+            self._holder_state(user_holder_id(app_name, user_id)),
+        )
         return self._session(stored, app_state, user_state, events, version)
 
     async def list_sessions(

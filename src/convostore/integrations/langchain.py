@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from convostore.errors import InvalidArgumentError
 from convostore.integrations._common import (
     AnyWrite,
     StoreRunner,
@@ -107,7 +108,7 @@ class ConvostoreChatMessageHistory(BaseChatMessageHistory):
 def message_to_write(message: BaseMessage) -> AnyWrite:
     """The write that stores one LangChain message: whole, and as what it means."""
     if not isinstance(message, BaseMessage):
-        raise TypeError(f"expected a LangChain message, not {type(message).__name__}")
+        raise InvalidArgumentError(f"expected a LangChain message, not {type(message).__name__}")
     whole = {"type": message.type, "data": message.model_dump(mode="json")}
     metadata = {KEY: {"message": whole}}
     text = _text(message.content)

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from convostore.errors import EventIdConflictError
+from convostore.errors import EventIdConflictError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.integrations._common import (
     AnyWrite,
@@ -448,7 +448,7 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
                     continue
                 try:
                     mirrored = message_to_write(message)
-                except TypeError:
+                except InvalidArgumentError:
                     continue
                 if isinstance(mirrored, MessageWrite):
                     writes.append(_with_event_id(mirrored, event_id))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from convostore.compaction import CompactionStrategy, CompactionTrigger, Summarize
+from convostore.errors import InvalidArgumentError
 from convostore.integrations._common import (
     AnyWrite,
     append_all,
@@ -157,7 +158,7 @@ def item_to_write(item: Mapping[str, Any]) -> AnyWrite:
     """The write that stores one SDK item: whole, and as what it means where it has a
     meaning in convostore's model."""
     if not isinstance(item, Mapping):
-        raise TypeError(f"an OpenAI Agents item is a mapping, not {type(item).__name__}")
+        raise InvalidArgumentError(f"an OpenAI Agents item is a mapping, not {type(item).__name__}")
     whole = {KEY: {"item": dict(item)}}
     kind = item.get("type")
     role = item.get("role")

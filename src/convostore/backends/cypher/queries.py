@@ -485,10 +485,17 @@ def last(conditions: tuple[bool, ...], unfiltered: bool, turn_transparent: bool)
     log's window starts at last_seq - $last + 1 with no search at all."""
     where = conditions_sql(conditions, "e")
     if unfiltered:
-        window = f"MATCH (s:Session {{id: $session_id}}) {_MATCHES} AND e.seq > s.last_seq - $last"
+        # The bound goes through WITH: the MATCH after it looks the range up in the
+        # index, where a bound on another pattern's property would filter the whole log.
+        head = (
+            "MATCH (s:Session {id: $session_id}) WITH s.last_seq - $last AS lowest"
+            f" {_MATCHES} AND e.seq > lowest WITH e ORDER BY e.seq LIMIT 1"
+        )
     else:
-        window = _MATCHES + where
-    head = f"{window} WITH e ORDER BY e.seq DESC LIMIT $last WITH e ORDER BY e.seq LIMIT 1"
+        head = (
+            f"{_MATCHES}{where} WITH e ORDER BY e.seq DESC LIMIT $last"
+            " WITH e ORDER BY e.seq LIMIT 1"
+        )
     if unfiltered or turn_transparent:
         start = f"{head} WITH coalesce(e.turn_seq, e.seq) AS start"
     else:
@@ -502,12 +509,20 @@ def last(conditions: tuple[bool, ...], unfiltered: bool, turn_transparent: bool)
 
 
 # The newest compaction boundary and what its view is composed from: every event from
-# it on, and the events it keeps. No row: the log has no compaction.
+# it on, and the events it keeps (each once, however often named), each found by an
+# index lookup, so the read costs what the view holds, not the whole log. No row: the
+# log has no compaction.
 ACTIVE_VIEW_PARTS: Final = (
     "MATCH (b:Event) WHERE b.session_id = $session_id AND b.type = 'COMPACTION'"
-    f" WITH b ORDER BY b.seq DESC LIMIT 1 {_MATCHES}"
-    " AND (e.seq >= b.seq OR e.id IN b.kept_event_ids)"
-    f" RETURN b.seq, {EVENT_COLUMNS} ORDER BY e.seq"
+    " WITH b ORDER BY b.seq DESC LIMIT 1"
+    " WITH b.seq AS boundary, coalesce(b.kept_event_ids, []) AS kept"
+    f" {_MATCHES} AND e.seq >= boundary"
+    " WITH boundary, kept, collect(e) AS later"
+    " UNWIND CASE WHEN size(kept) = 0 THEN [null] ELSE kept END AS kept_id"
+    " OPTIONAL MATCH (k:Event {id: kept_id})"
+    " WITH boundary, later, collect(DISTINCT CASE WHEN k.session_id = $session_id"
+    " AND k.seq < boundary THEN k END) AS earlier"
+    f" UNWIND earlier + later AS e RETURN boundary, {EVENT_COLUMNS} ORDER BY e.seq"
 )
 
 # ---------------------------------------------------------------------------- embeddings

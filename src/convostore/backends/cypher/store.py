@@ -77,7 +77,7 @@ class CypherBackend(Backend):
 
     def __init__(self, dialect: CypherDialect) -> None:
         self.dialect = dialect
-        self.queries = q.CypherQueries(dialect)
+        self.queries = _queries(dialect)
         # The vector index the database holds (None: none), as `_declare_vector_index`
         # last saw it.
         self.native_index: VectorIndexSpec | None = None
@@ -352,6 +352,15 @@ class CypherBackend(Backend):
 
 
 # ---------------------------------------------------------------------------- helpers
+
+_QUERIES: dict[str, q.CypherQueries] = {}
+
+
+def _queries(dialect: CypherDialect) -> q.CypherQueries:
+    """One set of queries per dialect for the process (its composed queries are cached)."""
+    if dialect.name not in _QUERIES:
+        _QUERIES[dialect.name] = q.CypherQueries(dialect)
+    return _QUERIES[dialect.name]
 
 
 def _refuse_session(

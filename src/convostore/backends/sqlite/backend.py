@@ -19,7 +19,6 @@ from convostore.backends.interface import (
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import (
     in_read_snapshot,
-    in_write_transaction,
     open_connection,
 )
 from convostore.backends.sqlite.operations import (
@@ -162,8 +161,9 @@ class SQLiteBackend(Backend):
         self._vector_cache.clear()
 
     async def _write(self, fn: Callable[[Any, *Ts], T], *args: *Ts) -> T:
-        """``fn`` on the writer thread, in one BEGIN IMMEDIATE transaction."""
-        return await self._writer.run(in_write_transaction, fn, args)
+        """``fn`` on the writer thread as one transaction, answered once durable; writes
+        queued at the same time share the transaction and its fsync (group commit)."""
+        return await self._writer.transact(fn, *args)
 
     # ---------------------------------------------------------------- users
 
@@ -246,7 +246,7 @@ class SQLiteBackend(Backend):
         return 0 if row is None else int(row[0])
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
-        if event_filter.last is None and not event_filter.active_view:
+        if not event_filter.active_view:
             # A single statement sees one snapshot without a transaction around it.
             return await self._readers.run(read_events, session_id, event_filter)
         return await self._readers.run(in_read_snapshot, read_events, (session_id, event_filter))

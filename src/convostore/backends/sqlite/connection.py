@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import Callable
-from typing import Final, TypeVar, TypeVarTuple, cast
+from typing import Any, Final, TypeVar, TypeVarTuple, cast
 
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.embedding import text_tokens
@@ -14,8 +14,10 @@ __all__ = [
     "BLANK_FUNCTION",
     "CACHED_STATEMENTS",
     "CONTAINS_FUNCTION",
+    "MAX_GROUP",
     "TOKENS_FUNCTION",
     "RollbackAndReturn",
+    "in_group_transaction",
     "in_read_snapshot",
     "in_write_transaction",
     "open_connection",
@@ -35,6 +37,12 @@ BEGIN: Final = "BEGIN"
 BEGIN_IMMEDIATE: Final = "BEGIN IMMEDIATE"
 COMMIT: Final = "COMMIT"
 ROLLBACK: Final = "ROLLBACK"
+SAVEPOINT: Final = "SAVEPOINT convostore_write"
+RELEASE: Final = "RELEASE convostore_write"
+ROLLBACK_TO: Final = "ROLLBACK TO convostore_write"
+# The most writes one group commit holds: enough to share one fsync among a busy
+# server's conversations, few enough that the first of them is not kept waiting long.
+MAX_GROUP: Final = 128
 FOREIGN_KEYS_ON: Final = "PRAGMA foreign_keys = ON"
 QUERY_ONLY: Final = "PRAGMA query_only = ON"
 SYNCHRONOUS: Final = {
@@ -109,6 +117,92 @@ def in_write_transaction(
         _rollback_quietly(connection)
         raise
     return result
+
+
+# A write of a group, and what came of it: (fn, args) in; (True, result) or (False, error)
+# out.
+Write = tuple[Callable[..., Any], tuple[Any, ...]]
+Outcome = tuple[bool, Any]
+
+
+def in_group_transaction(connection: sqlite3.Connection, writes: list[Write]) -> list[Outcome]:
+    """Several writes in one BEGIN IMMEDIATE ... COMMIT: one fsync for all of them.
+
+    Each runs inside its own savepoint, so a write that raises is undone alone and the
+    others stand, as if each had its own transaction; they run one after another, each
+    seeing the ones before it. Every outcome is known only once the commit is durable:
+    a failed commit fails them all, and nothing of the group is visible before it. An
+    error that ends the whole transaction (SQLite rolls back by itself on a full disk
+    or an I/O error) fails the write that met it; the others run again in a new group.
+    """
+    if len(writes) == 1:
+        fn, args = writes[0]
+        try:
+            return [(True, in_write_transaction(connection, fn, args))]
+        except Exception as error:
+            return [(False, error)]
+    outcomes: list[Outcome | None] = [None] * len(writes)
+    pending = list(range(len(writes)))
+    while pending:
+        retry: list[int] = []
+        try:
+            connection.execute(BEGIN_IMMEDIATE)
+        except Exception as error:
+            for index in pending:
+                outcomes[index] = (False, error)
+            break
+        done: list[int] = []
+        lost = False
+        for position, index in enumerate(pending):
+            fn, args = writes[index]
+            outcome = _in_savepoint(connection, fn, args)
+            if connection.in_transaction:
+                outcomes[index] = outcome
+                done.append(index)
+                continue
+            # The transaction is gone with everything written in it so far.
+            outcomes[index] = outcome if not outcome[0] else (False, _lost_transaction())
+            retry = done + pending[position + 1 :]
+            lost = True
+            break
+        if not lost:
+            try:
+                connection.execute(COMMIT)
+            except Exception as error:
+                _rollback_quietly(connection)
+                for index in done:
+                    outcomes[index] = (False, error)
+        pending = retry
+    return [(False, _lost_transaction()) if out is None else out for out in outcomes]
+
+
+def _in_savepoint(
+    connection: sqlite3.Connection, fn: Callable[..., Any], args: tuple[Any, ...]
+) -> Outcome:
+    connection.execute(SAVEPOINT)
+    try:
+        result = fn(connection, *args)
+    except RollbackAndReturn as rollback:
+        _undo_savepoint(connection)
+        return (True, rollback.result)
+    except Exception as error:
+        _undo_savepoint(connection)
+        return (False, error)
+    connection.execute(RELEASE)
+    return (True, result)
+
+
+def _undo_savepoint(connection: sqlite3.Connection) -> None:
+    if connection.in_transaction:
+        try:
+            connection.execute(ROLLBACK_TO)
+            connection.execute(RELEASE)
+        except sqlite3.Error:
+            _rollback_quietly(connection)
+
+
+def _lost_transaction() -> sqlite3.OperationalError:
+    return sqlite3.OperationalError("the transaction was rolled back by the database")
 
 
 def in_read_snapshot(

@@ -37,7 +37,6 @@ from convostore.filters import (
     branch_lineage,
     compaction_parts,
     compose_view,
-    is_turn_start,
 )
 from convostore.model import Event, Session, User
 from convostore.prepare import (
@@ -319,24 +318,11 @@ def read_events(connection: Connection, session_id: str, event_filter: EventFilt
     conditions = _conditions(event_filter)
     parameters = _parameters(session_id, event_filter)
     if event_filter.last is None:
-        rows = connection.execute(sql.events_sql("forward", conditions), parameters)
-        return [event_from_row(row) for row in rows]
-    newest = connection.execute(sql.events_sql("newest", conditions), parameters).fetchall()
-    window = [event_from_row(row) for row in reversed(newest)]
-    if (
-        not window
-        or len(window) < event_filter.last  # The window holds every match already.
-        or is_turn_start(window[0])
-        or not event_filter.can_match_turn_start
-    ):
-        return window
-    parameters["before"] = window[0].seq
-    start = connection.execute(sql.events_sql("turn_start", conditions), parameters).fetchone()
-    if start is None:
-        return window
-    parameters["from_seq"] = start[0]
-    rows = connection.execute(sql.events_sql("between", conditions), parameters)
-    return [event_from_row(row) for row in rows] + window
+        shape: sql.EventShape = "forward"
+    else:
+        shape = "window" if event_filter.can_match_turn_start else "window_whole"
+    rows = connection.execute(sql.events_sql(shape, conditions), parameters)
+    return [event_from_row(row) for row in rows]
 
 
 def _read_active_view(

@@ -220,30 +220,39 @@ EVENT_CONDITIONS: Final = (
 _EVENTS_FROM = f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = :session_id"
 # Written out as in the partial index events_turn_starts, so the planner can use it.
 _IS_TURN_START = " AND type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND synthetic = 0"
-EventShape = Literal["forward", "newest", "turn_start", "between"]
-# shape -> (what precedes the conditions, what follows them)
-_EVENT_SHAPES: dict[EventShape, tuple[str, str]] = {
-    # The first matches in log order (LIMIT -1: no limit).
-    "forward": (_EVENTS_FROM, " ORDER BY seq LIMIT :limit"),
-    # The newest matches, newest first.
-    "newest": (_EVENTS_FROM, " ORDER BY seq DESC LIMIT :last"),
-    # The position of the nearest matching turn start before another position.
-    "turn_start": (
-        "SELECT seq FROM events WHERE session_id = :session_id AND seq < :before" + _IS_TURN_START,
-        " ORDER BY seq DESC LIMIT 1",
-    ),
-    # The matches from one position up to another.
-    "between": (_EVENTS_FROM + " AND seq >= :from_seq AND seq < :before", " ORDER BY seq"),
-}
+EventShape = Literal["forward", "window", "window_whole"]
+# The newest :last matches are found first (newest), then read in log order from where
+# they start or, for `window`, from the nearest matching turn start at or before that;
+# where fewer than :last match, the window holds every match already. One statement:
+# one snapshot with no transaction around it.
+_WINDOW_HEAD = "WITH newest AS (SELECT seq FROM events WHERE session_id = :session_id"
+_WINDOW_BOUND = (
+    " ORDER BY seq DESC LIMIT :last), "
+    "bound AS (SELECT min(seq) AS low, count(*) AS found FROM newest) "
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = :session_id AND seq >= (SELECT "
+)
+_WINDOW_TURN_START = (
+    "CASE WHEN bound.found < :last THEN bound.low ELSE coalesce(("
+    "SELECT seq FROM events WHERE session_id = :session_id AND seq <= bound.low" + _IS_TURN_START
+)
 
 
 @functools.cache
 def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
     """The read of one shape with the conditions flagged in ``conditions`` (one flag per
-    `EVENT_CONDITIONS` entry). Parameters: session_id, the conditions' names (lineage for
-    branch), and limit, last, before, from_seq as the shape needs."""
-    head, tail = _EVENT_SHAPES[shape]
-    fragments = [
+    `EVENT_CONDITIONS` entry), in log order. Parameters: session_id, the conditions'
+    names (lineage for branch), and limit (``forward``: the first matches; -1 for all) or
+    last (``window``: the newest matches widened back to a turn start; ``window_whole``:
+    not widened, for filters no turn start can pass)."""
+    fragments = "".join(
         fragment for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True) if used
-    ]
-    return head + "".join(fragments) + tail
+    )
+    if shape == "forward":
+        return _EVENTS_FROM + fragments + " ORDER BY seq LIMIT :limit"
+    start = (
+        _WINDOW_TURN_START + fragments + " ORDER BY seq DESC LIMIT 1), bound.low) END"
+        if shape == "window"
+        else "bound.low"
+    )
+    bound = _WINDOW_BOUND + start + " FROM bound)"
+    return _WINDOW_HEAD + fragments + bound + fragments + " ORDER BY seq"

@@ -4,6 +4,11 @@ A sqlite3 connection must be used by one thread at a time, and each of its calls
 blocks. A `ConnectionWorker` gives each of its threads one connection for life and runs
 the plain functions handed to it there: `run` costs one hop to a worker thread and one
 back through the event loop, whatever the function does.
+
+`transact` runs a write in a transaction of its own, as it seems to its caller; the
+writes queued together share one transaction and one fsync (group commit, see
+`connection.in_group_transaction`), and each caller hears back only once the group's
+commit is durable.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import asyncio
 import sqlite3
 import threading
 from collections.abc import Callable
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import Any, TypeVar, TypeVarTuple
 
+from convostore.backends.sqlite.connection import MAX_GROUP, Outcome, in_group_transaction
 from convostore.errors import (
     BackendUnavailableError,
     InvalidArgumentError,
@@ -27,13 +33,15 @@ __all__ = ["ConnectionWorker", "translate_error"]
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-# (the future to settle, its loop, the function, its arguments); no function means stop,
-# and a stop with no future is one nobody waits for.
+# (the future to settle, its loop, the function, its arguments, whether it is a write
+# that may share a transaction); no function means stop, and a stop with no future is
+# one nobody waits for.
 _Job = tuple[
     "asyncio.Future[Any] | None",
     "asyncio.AbstractEventLoop | None",
     "Callable[..., Any] | None",
     tuple[Any, ...],
+    bool,
 ]
 
 
@@ -87,11 +95,19 @@ class ConnectionWorker:
 
     async def run(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
         """``fn(connection, *args)`` on one of the threads."""
+        return await self._submit(fn, args, False)
+
+    async def transact(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
+        """``fn(connection, *args)`` as one transaction, all of it or none, answered once
+        it is committed and durable; writes queued at the same time commit together."""
+        return await self._submit(fn, args, True)
+
+    async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         if not self._accepting:
             raise StoreClosedError(f"{self.where}: the store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put((future, loop, fn, args))
+        self._jobs.put((future, loop, fn, args, write))
         try:
             return await future
         except sqlite3.Error as error:
@@ -109,7 +125,7 @@ class ConnectionWorker:
         loop = asyncio.get_running_loop()
         closed: list[asyncio.Future[None]] = [loop.create_future() for _ in range(self._running)]
         for future in closed:
-            self._jobs.put((future, loop, None, ()))
+            self._jobs.put((future, loop, None, (), False))
         await asyncio.gather(*closed, return_exceptions=True)
         for thread in self._threads:
             thread.join()  # Each has settled its future as its last act: this is brief.
@@ -121,7 +137,7 @@ class ConnectionWorker:
             return
         self._accepting = False
         for _ in range(self._running):
-            self._jobs.put((None, None, None, ()))
+            self._jobs.put((None, None, None, (), False))
 
     def _serve(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[None]) -> None:
         try:
@@ -131,8 +147,11 @@ class ConnectionWorker:
             return
         _reply(loop, _succeed, opened, None)
         jobs = self._jobs
+        held: _Job | None = None
         while True:
-            future, job_loop, fn, args = jobs.get()
+            job = jobs.get() if held is None else held
+            held = None
+            future, job_loop, fn, args, write = job
             if fn is None:
                 try:
                     connection.close()
@@ -140,6 +159,21 @@ class ConnectionWorker:
                     if future is not None and job_loop is not None:
                         _reply(job_loop, _succeed, future, None)
                 return
+            if write:
+                group = [job]
+                # Only what is queued already: a lone write never waits for company.
+                while len(group) < MAX_GROUP:
+                    try:
+                        queued = jobs.get_nowait()
+                    except Empty:
+                        break
+                    if queued[4] and queued[2] is not None:
+                        group.append(queued)
+                    else:
+                        held = queued  # runs next, after the group, as it was queued
+                        break
+                _commit_group(connection, group)
+                continue
             assert future is not None
             assert job_loop is not None
             # Read across threads without a lock: at worst a job cancelled at this very
@@ -152,6 +186,36 @@ class ConnectionWorker:
                 _reply(job_loop, _fail, future, error)
             else:
                 _reply(job_loop, _succeed, future, result)
+
+
+def _commit_group(connection: sqlite3.Connection, group: list[_Job]) -> None:
+    """Run the writes of ``group`` whose callers still wait, in one transaction, then
+    answer each caller, with one wake-up per event loop."""
+    # A write job always has its future and loop: only a stop may come without them.
+    live = [
+        (future, loop, fn, args)
+        for future, loop, fn, args, _ in group
+        if fn is not None and future is not None and loop is not None and not future.cancelled()
+    ]
+    if not live:
+        return
+    outcomes = in_group_transaction(connection, [(fn, args) for _, _, fn, args in live])
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Outcome]]] = {}
+    for (future, job_loop, _, _), outcome in zip(live, outcomes, strict=True):
+        by_loop.setdefault(job_loop, []).append((future, outcome))
+    for loop, settled in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_all, settled)
+        except RuntimeError:
+            continue  # The loop is closed: nobody awaits these futures any more.
+
+
+def _settle_all(settled: list[tuple[asyncio.Future[Any], Outcome]]) -> None:
+    for future, (ok, value) in settled:
+        if ok:
+            _succeed(future, value)
+        else:
+            _fail(future, value)
 
 
 def _reply(

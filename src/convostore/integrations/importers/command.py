@@ -53,7 +53,8 @@ async def run(args: argparse.Namespace) -> int:
         report = await import_source(
             args.format, args.source, store, progress=ProgressBar(sys.stderr)
         )
-    except ImportSourceError as error:
+    except (ImportSourceError, ImportError) as error:
+        # ImportError: the format's framework is not installed; the message names its extra.
         print(f"convostore import: {error}", file=sys.stderr)
         return 1
     finally:

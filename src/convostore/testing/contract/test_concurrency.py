@@ -4,13 +4,14 @@ several processes share a database, spread over several store objects."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import convostore.prepare
-from convostore import Event, SessionExistsError, Store, StoreError
+from convostore import Event, SessionExistsError, Store, StoreError, User
 from convostore.prepare import prepare_append
 from convostore.testing.fixtures import StoreFactory
 from convostore.testing.helpers import AGENT, ALICE, contents, event, new_session, say
@@ -201,3 +202,50 @@ async def test_last_activity_never_moves_back_under_lagging_writers(
     assert current is not None
     assert current.last_activity_at == late
     assert await stores[0].version(session.id) == WRITERS
+
+
+async def test_appends_at_once_fail_alone(stores: list[Store]) -> None:
+    """Many appends in flight at once, some refused: each refused one writes nothing (not
+    even the users it named) and the others all land, as if each had run alone."""
+    await stores[0].put_user(ALICE)
+    sessions = [await new_session(stores[0]) for _ in range(4)]
+    taken = await stores[0].append_event(sessions[0].id, event("APP.X", id="taken"))
+    newcomer = User("newcomer", "Newcomer")
+
+    def refused(index: int) -> Awaitable[object]:
+        target, session_id = pick(stores, index), sessions[index % 4].id
+        kind = index % 4
+        if kind == 0:
+            return target.append_event("no-such-session", say("lost"))
+        if kind == 1:
+            # The author is unknown; the recipient would be inserted with the message.
+            write = say("lost", author="nobody", recipients=[newcomer])
+            return target.add_message(session_id, write)
+        if kind == 2:
+            return target.append_event(session_id, event("APP.X", id=taken.id))
+        return target.append_events(session_id, [say("lost"), say("lost")], 99)
+
+    async def landing(index: int) -> Event:
+        target, session_id = pick(stores, index), sessions[index % 4].id
+        return await target.append_event(session_id, say(f"kept {index}"))
+
+    calls: list[Awaitable[object]] = []
+    for index in range(40):
+        calls.append(landing(index))
+        calls.append(refused(index))
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    kept, refusals = results[0::2], results[1::2]
+    assert all(isinstance(result, Event) for result in kept)
+    for index, result in enumerate(refusals):
+        if index % 4 == 3:
+            assert result is False
+        else:
+            assert isinstance(result, StoreError), result
+    assert await stores[0].get_user("newcomer") is None
+    for number, session in enumerate(sessions):
+        log = await stores[0].read(session.id)
+        assert "lost" not in contents(log)
+        expected = sorted(f"kept {i}" for i in range(40) if i % 4 == number)
+        assert sorted(c for c in contents(log) if c.startswith("kept")) == expected
+        assert [e.seq for e in log] == list(range(1, len(log) + 1))
+        assert await stores[0].version(session.id) == len(log)

@@ -109,17 +109,26 @@ def _distinct_words(size: int) -> str:
     return " ".join(words)[:size]
 
 
-HUGE = {
-    "1MB-distinct-words": lambda: "needle " + _distinct_words(1 << 20),
+MEGABYTE = {"1MB-distinct-words": lambda: "needle " + _distinct_words(1 << 20)}
+SEVERAL_MEGABYTES = {
     "3MB-distinct-words": lambda: "needle " + _distinct_words(3 << 20),
     "8MB-prose": lambda: "needle " + _prose(8 << 20),
 }
 
 
-@pytest.mark.parametrize("make", list(HUGE.values()), ids=list(HUGE))
+@pytest.mark.parametrize("make", list(MEGABYTE.values()), ids=list(MEGABYTE))
 async def test_huge_messages_are_stored_whole(store: Store, make: object) -> None:
     """What the text index holds of a huge message may be less than all its words (see
     the backend's documentation); the message itself is stored and read back whole."""
+    await _stored_whole(store, make)
+
+
+@pytest.mark.parametrize("make", list(SEVERAL_MEGABYTES.values()), ids=list(SEVERAL_MEGABYTES))
+async def test_messages_of_several_megabytes_are_stored_whole(store: Store, make: object) -> None:
+    await _stored_whole(store, make)
+
+
+async def _stored_whole(store: Store, make: object) -> None:
     assert callable(make)
     content: str = make()
     session = await new_session(store)

@@ -1,0 +1,35 @@
+"""`mysql://` and `mariadb://`: MySQL 8 or MariaDB 10.6 and newer, on asyncmy's asyncio
+driver and its pool. Vector search is an exact scan (neither server has a vector index
+in those versions); text search runs on a FULLTEXT index.
+
+Modules, in the order a call goes through them:
+
+- `backend`: `MySQLBackend`, whose primitives each run one function on one pooled
+  connection, and where the driver's errors end.
+- `connection`: how connections are set up, transactions run and retried; the error
+  translation.
+- `operations`: the functions, one per primitive of the log and sessions.
+- `search`: vector and text search, the vector index record and re-embedding.
+- `statements`: every statement, as named constants with bound parameters.
+- `rows`: values to parameters, and rows back to values.
+- `schema` and `migrate`: the versioned migrations applied at connect.
+- `url`: ``mysql://`` URLs and their options.
+
+The driver is the ``mysql`` extra; without it, importing this package raises
+`BackendUnavailableError` naming the extra.
+"""
+
+from convostore.errors import BackendUnavailableError
+
+try:
+    import asyncmy  # noqa: F401
+except ImportError as missing:
+    raise BackendUnavailableError(
+        "the MySQL/MariaDB backend needs asyncmy: pip install 'convostore[mysql]'"
+    ) from missing
+
+from convostore.backends.mysql.backend import MySQLBackend
+from convostore.backends.mysql.schema import MIGRATIONS, SCHEMA_VERSION
+from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "MySQLBackend", "MySQLTarget", "parse_mysql_url"]

@@ -1,0 +1,218 @@
+"""How a store's connections are opened and set up, its transactions run, and where
+asyncmy's errors end.
+
+Every connection is in autocommit mode, in utf8mb4, with times in UTC, strict SQL mode
+(a value too long for its column is an error, never cut) and READ COMMITTED as its
+isolation level. A primitive that is one statement is its own transaction. One of
+several statements runs in `in_transaction`: READ COMMITTED, because every write
+serialises where it must on a row lock it takes first (the session's row, FOR UPDATE)
+and then sees what committed before it; REPEATABLE READ's gap locks would add
+deadlocks between appends to different sessions and nothing a write needs. Reads of
+several statements run in `in_snapshot` (REPEATABLE READ, one consistent snapshot).
+
+InnoDB may still end a transaction as a deadlock victim or after a lock wait timeout;
+`in_transaction` runs it again, a bounded number of times, then raises `ConflictError`
+(deadlock) or `BackendUnavailableError` (lock wait timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import asyncmy
+from asyncmy import errors
+from asyncmy.connection import Connection
+from asyncmy.pool import Pool
+
+from convostore.backends.mysql.schema import ServerFacts
+from convostore.backends.mysql.url import MySQLTarget
+from convostore.errors import (
+    BackendUnavailableError,
+    ConflictError,
+    InvalidArgumentError,
+    StoreError,
+)
+
+__all__ = [
+    "Connection",
+    "RollbackAndReturn",
+    "connect_options",
+    "in_snapshot",
+    "in_transaction",
+    "is_connection_lost",
+    "open_connection",
+    "open_pool",
+    "session_setup",
+    "translate_error",
+]
+
+log = logging.getLogger("convostore.mysql")
+
+T = TypeVar("T")
+
+# Server error numbers convostore tells apart.
+ER_LOCK_WAIT_TIMEOUT: Final = 1205
+ER_LOCK_DEADLOCK: Final = 1213
+ER_DUP_ENTRY: Final = 1062
+ER_BAD_DB_ERROR: Final = 1049
+_ACCESS_DENIED: Final = frozenset({1044, 1045, 1142, 1143, 1227, 1370})
+# Connection lost, refused, killed, server shutting down or gone away.
+_CONNECTION_LOST: Final = frozenset({1053, 1077, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
+# Values the column cannot hold: too long, out of range, wrong string for the charset.
+_BAD_VALUE: Final = frozenset({1264, 1366, 1406, 1367, 3140, 4025})
+_SQL_MODE: Final = (
+    "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
+    "NO_ENGINE_SUBSTITUTION"
+)
+# The session variable of the isolation level, by server family (MariaDB before 11.1
+# knows only the older name, MySQL 8 only the newer).
+_ISOLATION_VARIABLE: Final = {"mariadb": "tx_isolation", "mysql": "transaction_isolation"}
+_REPEATABLE_READ: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+_SNAPSHOT: Final = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
+# The first retry waits about this long, each later one twice as long as the last.
+_RETRY_BASE_S: Final = 0.005
+
+
+class RollbackAndReturn(Exception):
+    """Raised inside `in_transaction` to roll back and return ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
+
+
+def session_setup(facts: ServerFacts) -> str:
+    """The statement every connection of a store runs first (its ``init_command``)."""
+    isolation = _ISOLATION_VARIABLE[facts.family]
+    return (
+        f"SET SESSION sql_mode = '{_SQL_MODE}', SESSION time_zone = '+00:00', "
+        f"SESSION {isolation} = 'READ-COMMITTED', "
+        f"NAMES utf8mb4 COLLATE {facts.collation}"
+    )
+
+
+def connect_options(target: MySQLTarget, database: str | None) -> dict[str, Any]:
+    """asyncmy's connect arguments for ``target`` (``database`` None: no default one)."""
+    options: dict[str, Any] = {
+        "user": target.user,
+        "password": target.password or "",
+        "database": database,
+        "charset": "utf8mb4",
+        "autocommit": True,
+        "connect_timeout": max(1, round(target.connect_timeout)),
+        "ssl": target.ssl_context(),
+    }
+    if target.unix_socket is not None:
+        options["unix_socket"] = target.unix_socket
+    else:
+        options["host"] = target.host
+        options["port"] = target.port
+    return options
+
+
+async def open_connection(target: MySQLTarget, database: str | None) -> Connection:
+    """One connection outside the pool (for connect's migration)."""
+    connection: Connection = await asyncmy.connect(**connect_options(target, database))
+    return connection
+
+
+async def open_pool(target: MySQLTarget, facts: ServerFacts) -> Pool:
+    """The store's pool, its first connections open and set up."""
+    options = connect_options(target, target.database)
+    options["init_command"] = session_setup(facts)
+    pool: Pool = await asyncmy.create_pool(
+        minsize=target.pool_min_size,
+        maxsize=target.pool_max_size,
+        # Connections idle for an hour are replaced, well before the server's
+        # wait_timeout (8 hours by default) closes them.
+        pool_recycle=3600,
+        **options,
+    )
+    return pool
+
+
+async def in_transaction(
+    connection: Connection,
+    retries: int,
+    fn: Callable[..., Awaitable[T]],
+    *args: Any,
+) -> T:
+    """``fn(connection, *args)`` in one READ COMMITTED transaction, committed when it
+    returns and rolled back when it raises; run again when InnoDB ends it as a deadlock
+    victim or after a lock wait timeout, up to ``retries`` more times."""
+    for attempt in range(retries + 1):
+        await connection.begin()
+        try:
+            result = await fn(connection, *args)
+            await connection.commit()
+            return result
+        except RollbackAndReturn as signal:
+            await connection.rollback()
+            value: T = signal.value
+            return value
+        except errors.OperationalError as error:
+            code = error_code(error)
+            if code in _CONNECTION_LOST:
+                raise
+            await connection.rollback()
+            if code not in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT) or attempt == retries:
+                raise
+            log.debug("retrying a transaction after error %s (attempt %d)", code, attempt + 1)
+            await asyncio.sleep(_RETRY_BASE_S * 2**attempt * (0.5 + random.random()))
+        except BaseException:
+            if connection.connected:
+                await connection.rollback()
+            raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def in_snapshot(connection: Connection, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``fn(connection, *args)`` in one read-only consistent snapshot."""
+    cursor = connection.cursor()
+    await cursor.execute(_REPEATABLE_READ)
+    await cursor.execute(_SNAPSHOT)
+    try:
+        return await fn(connection, *args)
+    finally:
+        if connection.connected:
+            await connection.rollback()
+
+
+def error_code(error: BaseException) -> int | None:
+    """The server's (or the client's) error number, where the error has one."""
+    if error.args and isinstance(error.args[0], int):
+        return error.args[0]
+    return None
+
+
+def is_connection_lost(error: BaseException) -> bool:
+    """Whether the error means the connection it came from is unusable."""
+    if isinstance(error, errors.InterfaceError | ConnectionError | asyncio.IncompleteReadError):
+        return True
+    return isinstance(error, errors.OperationalError) and error_code(error) in _CONNECTION_LOST
+
+
+def translate_error(error: BaseException, where: str) -> StoreError:
+    """The convostore error to raise (``from error``) for a driver error:
+    `BackendUnavailableError` when the server cannot be used (lost connection, shutdown,
+    missing privilege, lock wait timeout after the retries), `ConflictError` for a
+    deadlock after the retries, `InvalidArgumentError` for a value a column cannot
+    hold, else `StoreError`."""
+    code = error_code(error)
+    message = error.args[1] if len(error.args) > 1 else str(error) or type(error).__name__
+    detail = f"{where}: {message}" + ("" if code is None else f" ({code})")
+    if is_connection_lost(error) or isinstance(error, OSError | asyncio.TimeoutError):
+        return BackendUnavailableError(f"{detail}: the server cannot be reached")
+    if code in _ACCESS_DENIED:
+        return BackendUnavailableError(f"{detail} (the user lacks a privilege convostore needs)")
+    if code == ER_LOCK_DEADLOCK:
+        return ConflictError(f"{detail}: still deadlocked after the retries; try again")
+    if code == ER_LOCK_WAIT_TIMEOUT:
+        return BackendUnavailableError(f"{detail}: a lock stayed held by another transaction")
+    if code in _BAD_VALUE or isinstance(error, errors.DataError):
+        return InvalidArgumentError(detail)
+    return StoreError(detail)

@@ -1,0 +1,199 @@
+"""Vector and text search, the vector index record, and re-embedding on MySQL.
+
+Text search runs on the FULLTEXT index of ``search_tokens`` (see `schema`), in boolean
+mode with every term required, ranked by InnoDB's relevance.
+
+MariaDB 10.11 and MySQL 8 have no vector index: vector search is an exact scan. The
+candidate vectors (of the searched model and width, in scope) are read in one
+statement and ranked in the client by `convostore._vectors`, the ranking every scanning
+backend shares; only the k best rows are then read whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from convostore._vectors import best, from_blobs, scores
+from convostore.backends.interface import SearchScope, TextQuery, VectorQuery
+from convostore.backends.mysql import statements as sql
+from convostore.backends.mysql.connection import Connection
+from convostore.backends.mysql.operations import execute, fetch_all, fetch_one, json_list
+from convostore.backends.mysql.rows import event_from_row, fulltext_query, vector_blob
+from convostore.embedding import PendingEmbedding, VectorIndexSpec
+from convostore.model import Message, Role, SearchHit
+from convostore.prepare import new_stamp
+
+__all__ = [
+    "count_pending",
+    "declare_vector_index",
+    "pending",
+    "set_embeddings",
+    "text_search",
+    "vector_index_spec",
+    "vector_search",
+]
+
+SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
+INSERT_VECTOR_INDEX: Final = (
+    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
+    " ON DUPLICATE KEY UPDATE id = id"
+)
+REPLACE_VECTOR_INDEX: Final = (
+    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
+    " ON DUPLICATE KEY UPDATE dimensions = VALUES(dimensions), metric = VALUES(metric),"
+    " model = VALUES(model)"
+)
+
+# Messages with no vector of a model, of some roles, with non-blank content.
+_PENDING_WHERE = (
+    " WHERE type = 'MESSAGE' AND (embedding_model IS NULL OR embedding_model <> %(model)s)"
+    " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(role))"
+    " AND content REGEXP %(non_blank)s"
+)
+# A character str.strip() keeps: a message with none is blank (all of Python's
+# whitespace lies below U+3001).
+_NON_BLANK: Final = "[^" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
+# Keyset by id: every page starts where the last ended.
+PENDING_PAGE: Final = (
+    "SELECT id, session_id, role, content FROM events"
+    + _PENDING_WHERE
+    + " AND id > %(after)s ORDER BY id LIMIT %(limit)s"
+)
+COUNT_PENDING: Final = "SELECT count(*) FROM events" + _PENDING_WHERE
+SET_EMBEDDING: Final = (
+    "UPDATE events SET embedding = %s, embedding_model = %s, stamp = %s "
+    "WHERE id = %s AND type = 'MESSAGE'"
+)
+
+# Search scopes: whether an owner, a session and roles narrow the search, each a fixed
+# fragment, so the statements stay a small bounded set.
+_SCOPE = (
+    " AND s.owner_id = %(owner_id)s",
+    " AND e.session_id = %(session_id)s",
+    " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(e.role))",
+)
+_VECTOR_CANDIDATES = (
+    "SELECT e.row_id, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
+    " WHERE e.type = 'MESSAGE' AND e.embedding IS NOT NULL"
+    " AND length(e.embedding) = %(width)s"
+)
+_BY_MODEL = " AND e.embedding_model = %(model)s"
+_TEXT_MATCHES = (
+    "SELECT e.row_id, MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE) AS score"
+    " FROM events e JOIN sessions s ON s.id = e.session_id"
+    " WHERE MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE)"
+    " AND e.type = 'MESSAGE'"
+)
+_EVENTS_BY_ROW: Final = (
+    f"SELECT e.row_id, {sql.EVENT_COLUMNS} FROM "
+    "JSON_TABLE(%s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
+    " JOIN events e ON e.row_id = wanted.value"
+)
+
+
+def _scoped(base: str, scope: SearchScope) -> str:
+    chosen = (scope.owner_id is not None, scope.session_id is not None, scope.roles is not None)
+    return base + "".join(fragment for fragment, on in zip(_SCOPE, chosen, strict=True) if on)
+
+
+def _scope_parameters(scope: SearchScope) -> dict[str, Any]:
+    return {
+        "owner_id": scope.owner_id,
+        "session_id": scope.session_id,
+        "roles": _roles_json(scope.roles),
+    }
+
+
+def _roles_json(roles: Sequence[Role] | None) -> str | None:
+    return None if roles is None else json_list(role.value for role in roles)
+
+
+async def vector_index_spec(connection: Connection) -> VectorIndexSpec | None:
+    row = await fetch_one(connection, SELECT_VECTOR_INDEX)
+    return None if row is None else VectorIndexSpec(int(row[0]), row[1], row[2])
+
+
+async def declare_vector_index(
+    connection: Connection, spec: VectorIndexSpec, replace: bool
+) -> None:
+    # The exact scan needs no index structure: the record is the index's declaration.
+    statement = REPLACE_VECTOR_INDEX if replace else INSERT_VECTOR_INDEX
+    await execute(connection, statement, (spec.dimensions, spec.metric, spec.model))
+
+
+async def pending(
+    connection: Connection, model: str, roles: Sequence[Role], after: str | None, limit: int
+) -> list[PendingEmbedding]:
+    rows = await fetch_all(
+        connection,
+        PENDING_PAGE,
+        {
+            "model": model,
+            "roles": _roles_json(roles),
+            "non_blank": _NON_BLANK,
+            "after": after or "",
+            "limit": limit,
+        },
+    )
+    return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
+
+
+async def count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
+    parameters = {"model": model, "roles": _roles_json(roles), "non_blank": _NON_BLANK}
+    row = await fetch_one(connection, COUNT_PENDING, parameters)
+    return int(row[0])
+
+
+async def set_embeddings(
+    connection: Connection, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+) -> None:
+    async with connection.cursor() as cursor:
+        await cursor.executemany(
+            SET_EMBEDDING,
+            [
+                (vector_blob(vector), model, new_stamp(), message_id)
+                for message_id, vector in vectors
+            ],
+        )
+
+
+async def vector_search(connection: Connection, query: VectorQuery) -> list[SearchHit]:
+    scope = query.scope
+    base = _VECTOR_CANDIDATES + ("" if query.model is None else _BY_MODEL)
+    statement = _scoped(base, scope) + " ORDER BY e.row_id"
+    parameters = {
+        "width": 4 * len(query.vector),
+        "model": query.model,
+        **_scope_parameters(scope),
+    }
+    rows = await fetch_all(connection, statement, parameters)
+    matrix = from_blobs([row[1] for row in rows], len(query.vector))
+    ranked = best(scores(query.vector, matrix, query.metric), query.k)
+    return await _hits(connection, [(rows[index][0], score) for index, score in ranked])
+
+
+async def text_search(connection: Connection, query: TextQuery) -> list[SearchHit]:
+    fulltext = fulltext_query(query.terms)
+    if fulltext is None:
+        return []
+    statement = _scoped(_TEXT_MATCHES, query.scope) + " ORDER BY score DESC, e.id LIMIT %(k)s"
+    parameters = {"query": fulltext, "k": query.k, **_scope_parameters(query.scope)}
+    rows = await fetch_all(connection, statement, parameters)
+    return await _hits(connection, [(row[0], float(row[1])) for row in rows])
+
+
+async def _hits(connection: Connection, ranked: list[tuple[int, float]]) -> list[SearchHit]:
+    """The ranked rows read whole, in rank order."""
+    if not ranked:
+        return []
+    rows = await fetch_all(
+        connection, _EVENTS_BY_ROW, (json.dumps([row_id for row_id, _ in ranked]),)
+    )
+    messages = {row[0]: event_from_row(row[1:]) for row in rows}
+    return [
+        SearchHit(message, score)
+        for row_id, score in ranked
+        if isinstance(message := messages.get(row_id), Message)
+    ]

@@ -1,0 +1,173 @@
+"""MySQL and MariaDB URLs: the server, the database, and convostore's options.
+
+``mysql://user:password@host:port/database?pool_max_size=20&ssl=verify_identity``
+(also ``mariadb://``; ``mysql+asyncmy://`` and ``mariadb+asyncmy://`` name the driver).
+"""
+
+from __future__ import annotations
+
+import re
+import ssl as tls
+from dataclasses import dataclass, replace
+from typing import Final, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+
+from convostore.errors import InvalidArgumentError
+
+__all__ = ["DATABASE_NAME", "SCHEMES", "MySQLTarget", "SslMode", "parse_mysql_url"]
+
+SCHEMES: Final = ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy")
+DEFAULT_PORT: Final = 3306
+# The database names convostore accepts: quoted as an identifier, never as a value.
+DATABASE_NAME: Final = re.compile(r"[A-Za-z0-9_]{1,64}")
+SslMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
+_SSL_MODES: Final[dict[str, SslMode]] = {
+    "false": "disabled",
+    "disabled": "disabled",
+    "preferred": "preferred",
+    "true": "required",
+    "required": "required",
+    "verify_ca": "verify_ca",
+    "verify_identity": "verify_identity",
+}
+_MAX_POOL_SIZE = 1000
+_MAX_RETRIES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class MySQLTarget:
+    """Where a store's tables are and how its connections are made.
+
+    - ``database``: the database holding convostore's tables (created at connect if
+      absent and the user may).
+    - ``pool_min_size`` / ``pool_max_size``: connections kept open / opened at most.
+    - ``pool_timeout``: seconds an operation waits for a free connection.
+    - ``connect_timeout``: seconds a new connection may take.
+    - ``ssl``: ``disabled`` (default), ``preferred``, ``required`` (encrypted, the
+      certificate not checked), ``verify_ca``, ``verify_identity`` (checked against
+      ``ssl_ca`` or the system's CAs, and the host name too).
+    - ``deadlock_retries``: how many times a transaction InnoDB chose as a deadlock
+      victim, or that waited too long for a lock, is run again before it fails.
+    """
+
+    host: str
+    port: int
+    user: str | None
+    password: str | None
+    database: str
+    unix_socket: str | None = None
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+    pool_timeout: float = 30.0
+    connect_timeout: float = 10.0
+    ssl: SslMode = "disabled"
+    ssl_ca: str | None = None
+    deadlock_retries: int = 5
+
+    @property
+    def where(self) -> str:
+        """The server and database, for messages (never the password)."""
+        place = self.unix_socket or f"{self.host}:{self.port}"
+        return f"MySQL {place}/{self.database}"
+
+    def ssl_context(self) -> tls.SSLContext | None:
+        """The TLS context the connections use, or None for none."""
+        if self.ssl == "disabled":
+            return None
+        context = tls.create_default_context(cafile=self.ssl_ca)
+        if self.ssl in ("preferred", "required"):
+            context.check_hostname = False
+            context.verify_mode = tls.CERT_NONE
+        elif self.ssl == "verify_ca":
+            context.check_hostname = False
+        return context
+
+
+def parse_mysql_url(url: str) -> MySQLTarget:
+    """The target of a ``mysql://`` or ``mariadb://`` URL. Query options:
+
+    - ``pool_min_size`` (default 1), ``pool_max_size`` (default 10);
+    - ``pool_timeout`` (default 30), ``connect_timeout`` (default 10): seconds;
+    - ``ssl``: disabled (or false), preferred, required (or true), verify_ca,
+      verify_identity; ``ssl_ca``: a CA file;
+    - ``unix_socket``: a socket path, used instead of host and port;
+    - ``deadlock_retries``: 0..100, default 5.
+    """
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES:
+        raise InvalidArgumentError(f"not a MySQL URL: {_redacted(url)!r}")
+    database = unquote(parts.path.lstrip("/"))
+    if not DATABASE_NAME.fullmatch(database):
+        raise InvalidArgumentError(
+            f"a MySQL URL must name its database as [A-Za-z0-9_]{{1,64}}, not {database!r}"
+        )
+    try:
+        port = parts.port or DEFAULT_PORT
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as error:
+        raise InvalidArgumentError(f"malformed MySQL URL: {error}") from None
+    target = MySQLTarget(
+        host=parts.hostname or "localhost",
+        port=port,
+        user=None if parts.username is None else unquote(parts.username),
+        password=None if parts.password is None else unquote(parts.password),
+        database=database,
+    )
+    seen: set[str] = set()
+    for name, value in query:
+        if name in seen:
+            raise InvalidArgumentError(f"option {name!r} given twice in the MySQL URL")
+        seen.add(name)
+        target = _with_option(target, name, value)
+    if target.pool_max_size < max(1, target.pool_min_size):
+        raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
+    return target
+
+
+def _with_option(target: MySQLTarget, name: str, value: str) -> MySQLTarget:
+    if name == "pool_min_size":
+        return replace(target, pool_min_size=_whole(name, value, 0, _MAX_POOL_SIZE))
+    if name == "pool_max_size":
+        return replace(target, pool_max_size=_whole(name, value, 1, _MAX_POOL_SIZE))
+    if name == "pool_timeout":
+        return replace(target, pool_timeout=_seconds(name, value))
+    if name == "connect_timeout":
+        return replace(target, connect_timeout=_seconds(name, value))
+    if name == "deadlock_retries":
+        return replace(target, deadlock_retries=_whole(name, value, 0, _MAX_RETRIES))
+    if name == "ssl":
+        mode = _SSL_MODES.get(value.lower())
+        if mode is None:
+            raise InvalidArgumentError(f"ssl must be one of {sorted(_SSL_MODES)}, not {value!r}")
+        return replace(target, ssl=mode)
+    if name == "ssl_ca":
+        return replace(target, ssl_ca=value or None)
+    if name == "unix_socket":
+        return replace(target, unix_socket=value or None)
+    raise InvalidArgumentError(f"unknown option {name!r} in the MySQL URL")
+
+
+def _whole(name: str, value: str, lowest: int, highest: int) -> int:
+    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= highest:
+        raise InvalidArgumentError(
+            f"{name} must be a whole number from {lowest} to {highest}, not {value!r}"
+        )
+    return int(value)
+
+
+def _seconds(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise InvalidArgumentError(f"{name} must be a number of seconds up to 3600, not {value!r}")
+    return seconds
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -1,0 +1,251 @@
+"""SQLite's group commit: writes queued together share one transaction and one fsync,
+each still all-or-nothing on its own, none answered before the commit; a process killed
+in the middle of group commits loses no acknowledged write and shows no half of one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import convostore
+from convostore import Event, EventFilter, MessageWrite, Role, Store, StoreError, User
+from convostore.backends.sqlite import SQLiteBackend
+from convostore.backends.sqlite import worker as worker_module
+from convostore.backends.sqlite.connection import (
+    Outcome,
+    RollbackAndReturn,
+    Write,
+    in_group_transaction,
+    open_connection,
+)
+from convostore.backends.sqlite.url import SQLiteTarget
+from convostore.backends.sqlite.worker import ConnectionWorker
+
+ADA = User("ada", "Ada")
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    opened = await convostore.connect(f"sqlite:///{tmp_path / 'store.db'}")
+    yield opened
+    await opened.close()
+
+
+async def queued_behind_a_held_writer(
+    store: Store, calls: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[Any], list[int]]:
+    """Run ``calls`` (coroutines of writes) while the writer thread is held, so they are
+    all queued when it is let go; answer their results and the size of each group."""
+    groups: list[int] = []
+    original = in_group_transaction
+
+    def recording(connection: sqlite3.Connection, writes: list[Write]) -> list[Outcome]:
+        groups.append(len(writes))
+        return original(connection, writes)
+
+    monkeypatch.setattr(worker_module, "in_group_transaction", recording)
+    let_go = threading.Event()
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    held = asyncio.ensure_future(backend._writer.run(lambda _: let_go.wait()))
+    submitted = 0
+    all_queued = asyncio.Event()
+    original_submit = ConnectionWorker._submit
+
+    async def counting_submit(
+        worker: ConnectionWorker, fn: Any, args: tuple[Any, ...], write: bool
+    ) -> Any:
+        nonlocal submitted
+        submitted += 1
+        if submitted == len(calls):
+            all_queued.set()  # its waiter runs after this task has queued its write
+        return await original_submit(worker, fn, args, write)
+
+    monkeypatch.setattr(ConnectionWorker, "_submit", counting_submit)
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    await all_queued.wait()
+    let_go.set()
+    await held
+    return await asyncio.gather(*tasks, return_exceptions=True), groups
+
+
+async def test_writes_queued_together_commit_together(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.put_user(ADA)
+    sessions = [await store.create_session(ADA) for _ in range(5)]
+    calls = [
+        store.add_message(sessions[n % 5].id, MessageWrite(Role.USER, f"m{n}", author="ada"))
+        for n in range(30)
+    ]
+    results, groups = await queued_behind_a_held_writer(store, calls, monkeypatch)
+    assert groups == [30]
+    assert all(isinstance(result, Event) for result in results)
+    for session in sessions:
+        log = await store.read(session.id)
+        assert [e.seq for e in log] == list(range(1, 7))
+        assert await store.version(session.id) == 6
+
+
+async def test_a_failing_write_fails_alone_in_its_group(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.put_user(ADA)
+    session = await store.create_session(ADA)
+    newcomer = User("newcomer", "Newcomer")
+    calls = [
+        store.add_message(session.id, MessageWrite(Role.USER, "first")),
+        # Refused after its recipient and the session's counters were written.
+        store.add_message(
+            session.id, MessageWrite(Role.USER, "lost", author="nobody", recipients=[newcomer])
+        ),
+        store.append_events(session.id, [MessageWrite(Role.USER, "stale")], 0),
+        store.add_message(session.id, MessageWrite(Role.USER, "second")),
+    ]
+    results, groups = await queued_behind_a_held_writer(store, calls, monkeypatch)
+    assert groups == [4]
+    assert isinstance(results[0], Event)
+    assert isinstance(results[1], StoreError)
+    assert results[2] is False
+    assert isinstance(results[3], Event)
+    assert [e.content for e in await store.messages(session.id)] == ["first", "second"]
+    assert await store.get_user("newcomer") is None
+    assert await store.version(session.id) == 2
+
+
+def test_group_outcomes_follow_each_write(tmp_path: Path) -> None:
+    """The group runner itself: a write that raises is undone alone, one that asks to roll
+    back answers its result with nothing written, and the rest commit once."""
+    connection = open_connection(SQLiteTarget(str(tmp_path / "g.db")), reader=False)
+    try:
+        connection.execute("CREATE TABLE t (v INTEGER UNIQUE)")
+
+        def insert(c: sqlite3.Connection, value: int) -> int:
+            c.execute("INSERT INTO t (v) VALUES (?)", (value,))
+            return value
+
+        def insert_then_refuse(c: sqlite3.Connection, value: int) -> int:
+            c.execute("INSERT INTO t (v) VALUES (?)", (value,))
+            raise ValueError("refused")
+
+        def insert_then_roll_back(c: sqlite3.Connection, value: int) -> int:
+            c.execute("INSERT INTO t (v) VALUES (?)", (value,))
+            raise RollbackAndReturn("rolled back")
+
+        outcomes = in_group_transaction(
+            connection,
+            [
+                (insert, (1,)),
+                (insert_then_refuse, (2,)),
+                (insert, (1,)),  # a constraint violation
+                (insert_then_roll_back, (3,)),
+                (insert, (4,)),
+            ],
+        )
+        assert [ok for ok, _ in outcomes] == [True, False, False, True, True]
+        assert outcomes[0][1] == 1
+        assert isinstance(outcomes[1][1], ValueError)
+        assert isinstance(outcomes[2][1], sqlite3.IntegrityError)
+        assert outcomes[3][1] == "rolled back"
+        assert not connection.in_transaction
+        assert [row[0] for row in connection.execute("SELECT v FROM t ORDER BY v")] == [1, 4]
+    finally:
+        connection.close()
+
+
+# The child appends, from many conversations at once, batches of three messages and
+# single messages, and prints each one's name once the store has acknowledged it.
+CHILD = """
+import asyncio, sys
+import convostore
+from convostore import MessageWrite, Role, User
+
+async def main(url, writers):
+    store = await convostore.connect(url)
+    ada = User("ada", "Ada")
+    await store.put_user(ada)
+    sessions = [(await store.create_session(ada)).id for _ in range(writers)]
+    print("ready " + " ".join(sessions), flush=True)
+
+    async def writer(w, session_id):
+        n = 0
+        while True:
+            writes = [
+                MessageWrite(Role.USER, f"{w}/{n}/{j}", id=f"{w}-{n}-{j}")
+                for j in range(3 if n % 2 == 0 else 1)
+            ]
+            if n % 2 == 0:
+                assert await store.append_events(session_id, writes, n)
+            else:
+                await store.append_event(session_id, writes[0])
+            sys.stdout.write(f"{w} {n}\\n")
+            sys.stdout.flush()
+            n += 1
+
+    await asyncio.gather(*(writer(w, s) for w, s in enumerate(sessions)))
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def test_killed_during_group_commits_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    writers, wanted = 24, 400
+    url = f"sqlite:///{tmp_path / 'crash.db'}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, str(writers)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    acknowledged: set[tuple[int, int]] = set()
+    try:
+        assert child.stdout is not None
+        first = child.stdout.readline().split()
+        assert first, "the child said nothing"
+        assert first[0] == "ready", first
+        sessions = first[1:]
+        while len(acknowledged) < wanted:
+            line = child.stdout.readline()
+            assert line, "the child stopped before it was killed"
+            w, n = line.split()
+            acknowledged.add((int(w), int(n)))
+        os.kill(child.pid, signal.SIGKILL)
+        # Whatever it printed before it died was acknowledged too.
+        for line in child.stdout:
+            if line.endswith("\n"):
+                w, n = line.split()
+                acknowledged.add((int(w), int(n)))
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    async def check() -> None:
+        async with await convostore.connect(url) as store:
+            for w, session_id in enumerate(sessions):
+                log = await store.read(session_id, EventFilter())
+                parts: dict[int, list[int]] = defaultdict(list)
+                for e in log:
+                    _, number, part = e.id.split("-")
+                    parts[int(number)].append(int(part))
+                present = sorted(parts)
+                # Each writer waited for one append before the next: what landed is a
+                # prefix of what it wrote, each append whole.
+                assert present == list(range(len(present)))
+                for n in present:
+                    assert parts[n] == ([0, 1, 2] if n % 2 == 0 else [0])
+                assert {n for (writer, n) in acknowledged if writer == w} <= set(present)
+                assert [e.seq for e in log] == list(range(1, len(log) + 1))
+                assert await store.version(session_id) == len(present)
+
+    asyncio.run(check())

@@ -1,0 +1,340 @@
+"""A throwaway MariaDB server, from Debian's ``mariadb-server`` package.
+
+`MariaDBServer` creates a data directory with ``mariadb-install-db`` in a new temporary
+directory and runs ``mariadbd --no-defaults`` on it: a free loopback port only, its
+socket and logs in that directory, as the system user ``mysql`` (the package's) when run
+as root. Nothing of the machine's own MariaDB configuration or data is read or touched.
+
+`shared_server` is what the test session uses: one server, started on first use and
+stopped at the end of the session (or at exit). ``CONVOSTORE_TEST_MYSQL_URL`` points the
+tests at an existing MySQL or MariaDB server instead, whose URL must name a user that
+may create and drop databases.
+
+    with MariaDBServer() as server:
+        print(server.url("chat"))       # mysql://root@127.0.0.1:PORT/chat
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = [
+    "SERVER_URL_VARIABLE",
+    "ExternalServer",
+    "MariaDBServer",
+    "ServerUnavailable",
+    "TestServer",
+    "shared_server",
+    "stop_shared_server",
+]
+
+SERVER_URL_VARIABLE: Final = "CONVOSTORE_TEST_MYSQL_URL"
+SYSTEM_USER: Final = "mysql"
+# Where Debian's packages put the programs; PATH is searched first.
+_PROGRAM_DIRECTORIES: Final = ("/usr/sbin", "/usr/bin")
+# Durability traded for speed: a test server's data is thrown away with it. The server's
+# own default character set (latin1 on MariaDB 10.11) is kept on purpose: convostore
+# must ask for utf8mb4 itself.
+FAST_SETTINGS: Final = {"innodb-flush-log-at-trx-commit": "2", "innodb-doublewrite": "0"}
+COMMON_SETTINGS: Final = {
+    "bind-address": "127.0.0.1",
+    "skip-name-resolve": "ON",
+    "max-connections": "500",
+    "innodb-buffer-pool-size": "256M",
+    "innodb-log-file-size": "64M",
+    "skip-log-bin": "ON",
+    "performance-schema": "OFF",
+}
+_START_TIMEOUT_S = 90.0
+_STOP_TIMEOUT_S = 60.0
+_COMMAND_TIMEOUT_S = 180
+
+
+class ServerUnavailable(Exception):
+    """The server cannot be started here; the message says why."""
+
+
+def _program(name: str) -> str:
+    found = shutil.which(name) or next(
+        (
+            str(Path(directory) / name)
+            for directory in _PROGRAM_DIRECTORIES
+            if (Path(directory) / name).exists()
+        ),
+        None,
+    )
+    if found is None:
+        raise ServerUnavailable(
+            f"{name} is not installed: apt-get install mariadb-server (scripts/setup.sh does)"
+        )
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class MariaDBServer:
+    """One MariaDB server in a temporary directory, on a free loopback port.
+
+    ``durable=False`` (for tests) flushes the log once a second rather than at every
+    commit; a benchmark keeps the defaults so its figures are those of a real server.
+    ``settings`` adds or overrides server options (names as on mariadbd's command line).
+    """
+
+    def __init__(self, *, durable: bool = False, settings: dict[str, str] | None = None) -> None:
+        self.settings = {**COMMON_SETTINGS, **({} if durable else FAST_SETTINGS)}
+        self.settings.update(settings or {})
+        self.port = 0
+        self.directory: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._as_user: list[str] = []
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Create a data directory and start the server; raise `ServerUnavailable` (and
+        leave nothing behind) when that cannot be done here."""
+        if self.directory is not None:
+            return
+        install_db = _program("mariadb-install-db")
+        _program("mariadbd")
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam(SYSTEM_USER)
+            except KeyError:
+                raise ServerUnavailable(
+                    f"no system user {SYSTEM_USER!r} to run mariadbd as (the mariadb-server "
+                    "package creates it)"
+                ) from None
+            self._as_user = [f"--user={SYSTEM_USER}"]
+        self.directory = Path(tempfile.mkdtemp(prefix="convostore-mariadb-"))
+        try:
+            if self._as_user:
+                shutil.chown(self.directory, SYSTEM_USER, SYSTEM_USER)
+            self._command(
+                install_db, "--no-defaults", f"--datadir={self.data}", *self._as_user,
+                "--auth-root-authentication-method=normal", "--skip-test-db",
+                "--skip-name-resolve",
+            )  # fmt: skip
+            self._start_on_a_free_port()
+        except BaseException:
+            self._kill()
+            self._remove_directory()
+            raise
+
+    def stop(self) -> None:
+        """Stop the server and delete its directory. Stopping twice is harmless."""
+        if self.directory is None:
+            return
+        try:
+            self._shutdown()
+        finally:
+            self._remove_directory()
+
+    def restart(self, *, crash: bool = False) -> None:
+        """Stop the server (``crash``: killed, as by a power cut to the process) and start
+        it again on the same port, with the same data."""
+        if crash:
+            self._kill()
+        else:
+            self._shutdown()
+        self._launch()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- addresses
+
+    @property
+    def data(self) -> Path:
+        assert self.directory is not None, "the server is not started"
+        return self.directory / "data"
+
+    @property
+    def socket_path(self) -> Path:
+        assert self.directory is not None, "the server is not started"
+        return self.directory / "mariadbd.sock"
+
+    @property
+    def log_file(self) -> Path:
+        assert self.directory is not None, "the server is not started"
+        return self.directory / "error.log"
+
+    def url(self, database: str = "mysql", user: str = "root") -> str:
+        """The URL of ``database`` on this server, as ``user`` (root has no password)."""
+        assert self.directory is not None, "the server is not started"
+        return f"mysql://{user}@127.0.0.1:{self.port}/{database}"
+
+    # ---------------------------------------------------------------- internals
+
+    def _start_on_a_free_port(self) -> None:
+        for attempt in itertools.count(1):
+            self.port = _free_port()
+            try:
+                self._launch()
+                return
+            except ServerUnavailable:
+                # Another process may have taken the port between the probe and the start.
+                if attempt == 3:
+                    raise
+
+    def _launch(self) -> None:
+        assert self.directory is not None
+        options = [f"--{name}={value}" for name, value in self.settings.items()]
+        command = [
+            _program("mariadbd"), "--no-defaults", f"--datadir={self.data}",
+            f"--port={self.port}", f"--socket={self.socket_path}",
+            f"--pid-file={self.directory / 'mariadbd.pid'}", f"--log-error={self.log_file}",
+            *self._as_user, *options,
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not self._answers():
+            if self._process.poll() is not None:
+                self._process = None
+                raise ServerUnavailable(f"mariadbd exited at start{self._log_tail()}")
+            if time.monotonic() > deadline:
+                self._kill()
+                raise ServerUnavailable(f"mariadbd did not start in time{self._log_tail()}")
+            time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        """Whether the server is ready: its socket exists and it sends a handshake."""
+        if not self.socket_path.exists():
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as probe:
+                return len(probe.recv(4)) == 4
+        except OSError:
+            return False
+
+    def _shutdown(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _kill(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+
+    def _command(self, *command: str) -> None:
+        try:
+            subprocess.run(
+                command,
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=_COMMAND_TIMEOUT_S,
+                cwd=self.directory,
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            output = ""
+            if isinstance(error, subprocess.CalledProcessError):
+                output = (error.stderr or error.stdout or "").strip()[-2000:]
+            raise ServerUnavailable(
+                f"{Path(command[0]).name} failed: {error}" + (f": {output}" if output else "")
+            ) from error
+
+    def _log_tail(self) -> str:
+        if self.directory is None or not self.log_file.exists():
+            return ""
+        lines = self.log_file.read_text(errors="replace").splitlines()[-8:]
+        return "\nserver log:\n" + "\n".join(lines) if lines else ""
+
+    def _remove_directory(self) -> None:
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+
+class ExternalServer:
+    """A server someone else runs, named by its URL: never started or stopped here."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+
+    def url(self, database: str | None = None) -> str:
+        if database is None:
+            return self._url
+        parts = urlsplit(self._url)
+        return urlunsplit(parts._replace(path=f"/{database}"))
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
+
+
+TestServer = MariaDBServer | ExternalServer
+
+_shared: TestServer | None = None
+_shared_failure: ServerUnavailable | None = None
+
+
+def shared_server() -> TestServer:
+    """The session's server: ``CONVOSTORE_TEST_MYSQL_URL`` if set, else one
+    `MariaDBServer` started on first call (and stopped by `stop_shared_server`, or at
+    exit). Raises `ServerUnavailable`, the same every call, when it cannot start."""
+    global _shared, _shared_failure
+    if _shared is not None:
+        return _shared
+    if _shared_failure is not None:
+        raise _shared_failure
+    external = os.environ.get(SERVER_URL_VARIABLE)
+    if external:
+        _shared = ExternalServer(external)
+        return _shared
+    server = MariaDBServer()
+    try:
+        server.start()
+    except ServerUnavailable as failure:
+        _shared_failure = failure
+        raise
+    atexit.register(server.stop)
+    _shared = server
+    return server
+
+
+def stop_shared_server() -> None:
+    global _shared
+    if _shared is not None:
+        with contextlib.suppress(ServerUnavailable):
+            _shared.stop()
+        _shared = None
