@@ -1,14 +1,18 @@
-"""The public names of DESIGN.md sections 1, 2, 3 and 5, and the exception tree."""
+"""The public names of DESIGN.md, importable from the package, and the exception tree."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
 import convostore
 from convostore import errors
 
+# Every public name DESIGN.md gives, by the module it names (sections 1-5).
 NAMES_BY_MODULE = {
     "convostore.model": [
         "User",
@@ -27,13 +31,48 @@ NAMES_BY_MODULE = {
         "SessionFilter",
         "Page",
         "SessionSummary",
+        "SearchHit",
         "MESSAGE",
         "COMPACTION",
     ],
     "convostore.filters": ["EventFilter"],
     "convostore.store": ["Store", "Capabilities"],
+    "convostore.conversation": [
+        "UserMessage",
+        "AssistantMessage",
+        "SystemMessage",
+        "ToolMessage",
+        "ConversationFactory",
+        "InMemoryConversationFactory",
+        "StoredConversation",
+        "InMemoryConversation",
+        "MessageEvent",
+        "MessageStatus",
+        "MessagePersisted",
+        "EmbeddingFailed",
+    ],
+    "convostore.embedding": [
+        "Embedder",
+        "RoleFilteringEmbedder",
+        "HashingEmbedder",
+        "SentenceTransformerEmbedder",
+        "ReembedReport",
+        "EmbeddingFailed",
+    ],
+    "convostore.compaction": [
+        "SlidingWindow",
+        "TurnWindow",
+        "TokenBudget",
+        "TurnCount",
+        "TokenCount",
+        "AnyOf",
+        "CompactionResult",
+    ],
     "convostore.errors": [
         "StoreError",
+        "NotFoundError",
+        "ConflictError",
+        "InvalidArgumentError",
         "SessionNotFoundError",
         "SessionExistsError",
         "StaleObjectError",
@@ -58,6 +97,40 @@ def test_public_names_are_importable_from_the_package_and_their_module(
     value = getattr(importlib.import_module(module), name)
     assert getattr(convostore, name) is value
     assert name in convostore.__all__
+    assert name in dir(convostore)
+
+
+def test_every_name_in_all_resolves() -> None:
+    for name in convostore.__all__:
+        assert getattr(convostore, name) is not None, name
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = convostore.no_such_name
+
+
+def test_importing_the_package_loads_no_numpy_and_no_backend() -> None:
+    probe = textwrap.dedent(
+        """
+        import sys
+        def loaded(prefix):
+            return sorted(m for m in sys.modules if m == "numpy" or m.startswith(prefix))
+        import convostore
+        print(loaded("convostore"))
+        import convostore.conversation
+        print(loaded("convostore.backends."))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    after_package, after_conversation = result.stdout.splitlines()
+    assert after_package == "['convostore']"
+    # The store's contract needs the backend interface and the registry, never a backend.
+    assert after_conversation == (
+        "['convostore.backends.interface', 'convostore.backends.registry']"
+    )
 
 
 def test_connect_entry_points_exist() -> None:
@@ -117,3 +190,20 @@ async def test_unknown_url_scheme_is_refused() -> None:
 
 def test_default_url_is_the_embedded_database() -> None:
     assert convostore.DEFAULT_URL == "sqlite:///convostore.db"
+
+
+def _first_names() -> list[str]:
+    """One public name of each module the package loads lazily."""
+    lazy: dict[str, str] = convostore._LAZY
+    return sorted({module: name for name, module in lazy.items()}.values())
+
+
+@pytest.mark.parametrize("name", _first_names())
+def test_each_lazy_module_imports_first_in_a_fresh_interpreter(name: str) -> None:
+    """Whichever public name a program uses first, its module's imports resolve."""
+    subprocess.run(
+        [sys.executable, "-c", f"from convostore import {name}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )

@@ -5,15 +5,18 @@ and imported only when a URL names it. `backends.sql` holds what SQL backends sh
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from convostore._urls import redacted
-from convostore.backends.interface import Backend, Capabilities, Connected
+from convostore.backends.interface import Backend, Capabilities
 from convostore.backends.registry import backend_for
 from convostore.embedding import Embedder, VectorIndexSpec
-from convostore.store import Store, check_indexed_keys, filtering
 
-__all__ = ["DEFAULT_URL", "Backend", "Capabilities", "memory_store", "open_store"]
+if TYPE_CHECKING:
+    # convostore.store imports this package's interface: it is imported where used.
+    from convostore.store import Store
+
+__all__ = ["DEFAULT_URL", "Backend", "Capabilities", "open_store"]
 
 DEFAULT_URL = "sqlite:///convostore.db"
 
@@ -27,6 +30,8 @@ async def open_store(
 ) -> Store:
     """Connect the backend that ``url``'s scheme names, run what every backend runs
     after connecting (`Backend.after_connect`), and put a `Store` on it."""
+    from convostore.store import Store, check_indexed_keys, filtering
+
     keys = check_indexed_keys(indexed_metadata)
     chosen = None if embedder is None else filtering(embedder)
     backend = await backend_for(url).open(url, **options)
@@ -39,12 +44,4 @@ async def open_store(
         raise
     store = Store(backend, connected, embedder=chosen)
     store.url = redacted(url)
-    return store
-
-
-def memory_store() -> Store:
-    """A new, empty ``memory://`` store, made without awaiting (for sync constructors)."""
-    backend = backend_for("memory://")()
-    store = Store(backend, Connected(frozenset(), None, None))
-    store.url = "memory://"
     return store

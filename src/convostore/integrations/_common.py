@@ -13,7 +13,7 @@ from convostore.filters import EventFilter
 from convostore.ids import new_id
 from convostore.model import COMPACTION, Event, EventWrite, Message, MessageWrite
 from convostore.store import Store
-from convostore.sync import SyncProxy
+from convostore.sync import SyncStore
 
 __all__ = [
     "AnyWrite",
@@ -158,10 +158,10 @@ class StoreRunner:
     run on the event loop that was running when the adapter was made, from another
     thread; called on that loop itself, a blocking method cannot wait and raises."""
 
-    def __init__(self, store: Store | SyncProxy) -> None:
-        self._proxy: SyncProxy | None = None
+    def __init__(self, store: Store | SyncStore) -> None:
+        self._proxy: SyncStore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        if isinstance(store, SyncProxy):
+        if isinstance(store, SyncStore):
             self._proxy = store
             target = store.target
         else:

@@ -1,6 +1,20 @@
-"""convostore as Google ADK's session service (extra ``adk``).
+"""convostore as Google ADK's session service (extra ``adk``): give it to a runner,
+``Runner(app_name="app", agent=agent, session_service=ConvostoreSessionService(store))``.
 
-    runner = Runner(app_name="app", agent=agent, session_service=ConvostoreSessionService(store))
+>>> import asyncio
+>>> import convostore
+>>> async def topic() -> str:
+...     async with await convostore.connect("sqlite:///chat.db") as store:
+...         service = ConvostoreSessionService(store)
+...         session = await service.create_session(
+...             app_name="app", user_id="ada", state={"topic": "plans"}
+...         )
+...         loaded = await service.get_session(
+...             app_name="app", user_id="ada", session_id=session.id
+...         )
+...         return loaded.state["topic"]
+>>> asyncio.run(topic())
+'plans'
 
 An ADK session is a convostore session with the same id, owned by the ADK user (a
 convostore user with the same id) and of kind ``adk.<app_name>``. Each ADK event is one

@@ -1,7 +1,13 @@
-"""convostore as LangChain's chat message history (extra ``langchain``).
+"""convostore as LangChain's chat message history (extra ``langchain``), for
+``RunnableWithMessageHistory(chain, lambda sid: ConvostoreChatMessageHistory(sid, store))``.
 
-    history = ConvostoreChatMessageHistory("conversation-1", store)
-    RunnableWithMessageHistory(chain, lambda sid: ConvostoreChatMessageHistory(sid, store))
+>>> import convostore.sync
+>>> from langchain_core.messages import AIMessage, HumanMessage
+>>> with convostore.sync.connect("sqlite:///chat.db") as store:
+...     history = ConvostoreChatMessageHistory("conversation-1", store)
+...     history.add_messages([HumanMessage("Hi"), AIMessage("Hello!")])
+...     [message.content for message in history.messages]
+['Hi', 'Hello!']
 
 Human, AI (with their tool calls), tool and system messages are convostore messages and
 read back equal (each keeps LangChain's own form too). Other message types are events
@@ -27,7 +33,7 @@ from convostore.integrations._common import (
 )
 from convostore.model import Event, EventWrite, Message, MessageWrite, Role, ToolCall
 from convostore.store import Store
-from convostore.sync import SyncProxy
+from convostore.sync import SyncStore
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -58,7 +64,7 @@ class ConvostoreChatMessageHistory(BaseChatMessageHistory):
     the first write. The blocking methods need a `convostore.sync` store, or an async
     store whose event loop runs in another thread."""
 
-    def __init__(self, session_id: str, store: Store | SyncProxy) -> None:
+    def __init__(self, session_id: str, store: Store | SyncStore) -> None:
         self.session_id = session_id
         self._runner = StoreRunner(store)
         self.store = self._runner.store

@@ -1,6 +1,16 @@
 """convostore as LangGraph's checkpointer (extra ``langgraph``).
 
-    graph = builder.compile(checkpointer=ConvostoreSaver(store))
+>>> import convostore.sync
+>>> from langgraph.graph import START, MessagesState, StateGraph
+>>> def reply(state: MessagesState) -> MessagesState:
+...     return {"messages": [("ai", "Hello!")]}
+>>> builder = StateGraph(MessagesState).add_node(reply).add_edge(START, "reply")
+>>> with convostore.sync.connect("sqlite:///chat.db") as store:
+...     graph = builder.compile(checkpointer=ConvostoreSaver(store))
+...     config = {"configurable": {"thread_id": "thread-1"}}
+...     _ = graph.invoke({"messages": [("user", "Hi")]}, config)
+...     [message.content for message in graph.get_state(config).values["messages"]]
+['Hi', 'Hello!']
 
 A thread is a convostore session (its id is the thread id). Each checkpoint is an event
 of type ``LANGGRAPH.CHECKPOINT`` and each batch of pending writes one of type
@@ -31,7 +41,7 @@ from convostore.integrations._common import (
 )
 from convostore.model import MESSAGE, Event, EventWrite, MessageWrite, PageRequest, User
 from convostore.store import Store
-from convostore.sync import SyncProxy
+from convostore.sync import SyncStore
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -80,7 +90,7 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
 
     def __init__(
         self,
-        store: Store | SyncProxy,
+        store: Store | SyncStore,
         *,
         serde: SerializerProtocol | None = None,
         owner: User | str = DEFAULT_OWNER,

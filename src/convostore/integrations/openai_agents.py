@@ -1,7 +1,15 @@
-"""convostore as the OpenAI Agents SDK's session store (extra ``openai-agents``).
+"""convostore as the OpenAI Agents SDK's session store (extra ``openai-agents``): run
+an agent with it, ``await Runner.run(agent, "Hello", session=session)``.
 
-    session = ConvostoreSession("conversation-1", store)
-    result = await Runner.run(agent, "Hello", session=session)
+>>> import asyncio
+>>> import convostore
+>>> async def items() -> list[object]:
+...     async with await convostore.connect("sqlite:///chat.db") as store:
+...         session = ConvostoreSession("conversation-1", store)
+...         await session.add_items([{"role": "user", "content": "Hello"}])
+...         return list(await session.get_items())
+>>> asyncio.run(items())
+[{'role': 'user', 'content': 'Hello'}]
 
 Every item is kept whole (it reads back equal) and is also written as what it means in
 convostore's model where it has a meaning: user, assistant and system messages;

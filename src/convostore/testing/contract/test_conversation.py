@@ -34,6 +34,7 @@ from convostore import (
     Store,
     StoreClosedError,
     StoredConversation,
+    StoreError,
     SystemMessage,
     ToolCall,
     ToolMessage,
@@ -515,8 +516,8 @@ def test_writes_cut_off_by_the_loop_ending_are_reported_failed(
             await asyncio.Event().wait()
             raise AssertionError("unreachable")
 
-        wrap_add_message(monkeypatch, factory.store, never_done)
         chat = await factory.create(owner=ALICE)
+        wrap_add_message(monkeypatch, factory.store, never_done)
         chat.add(UserMessage("one"))
         chat.add(UserMessage("two"))
         await asyncio.sleep(0)
@@ -1009,6 +1010,28 @@ async def test_the_in_memory_factory_has_the_same_api_and_semantics() -> None:
         with pytest.raises(ValueError, match="s-1"):
             await factory.create_for_participants("s-1", BOB, AGENT)
     assert chat.closed
+
+
+async def test_the_in_memory_factory_opens_its_store_at_first_use() -> None:
+    factory = InMemoryConversationFactory()
+    with pytest.raises(StoreError, match="first use"):
+        _ = factory.store
+    chat = await factory.create(owner=ALICE)
+    assert factory.store.capabilities.persistent is False
+    assert await factory.store.get_session(chat.session_id) == chat.session
+    await factory.close()
+    assert chat.closed
+    with pytest.raises((RuntimeError, StoreError), match="closed"):
+        await factory.create(owner=ALICE)
+
+
+async def test_an_in_memory_factory_closed_unused_opens_nothing() -> None:
+    factory = InMemoryConversationFactory()
+    await factory.close()
+    with pytest.raises((RuntimeError, StoreError), match="closed"):
+        await factory.load("s-1")
+    with pytest.raises(StoreError, match="first use"):
+        _ = factory.store
 
 
 def test_factories_take_async_stores_only(backend: BackendUnderTest) -> None:

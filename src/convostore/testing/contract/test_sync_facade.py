@@ -9,13 +9,16 @@ import pytest
 
 import convostore.sync
 from convostore import (
+    ConversationFactory,
     EventFilter,
     Message,
     Page,
     Session,
     SessionNotFoundError,
     Store,
+    StoreError,
     UnknownUserError,
+    UserMessage,
 )
 from convostore.testing.fixtures import BackendUnderTest
 from convostore.testing.helpers import ALICE, BOB, say
@@ -99,3 +102,78 @@ def test_calls_from_several_threads(backend: BackendUnderTest) -> None:
         assert errors == []
         assert [e.seq for e in store.read(session.id)] == list(range(1, 41))
         assert store.version(session.id) == 40
+
+
+def _shape(signature: inspect.Signature) -> list[tuple[str, object, object]]:
+    return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+
+@pytest.mark.parametrize("name", PUBLIC_COROUTINES)
+def test_every_method_is_declared_with_the_async_signature(name: str) -> None:
+    """Declared on the class (so mypy, IDEs and dir() see it), never found by a proxy."""
+    declared = inspect.getattr_static(convostore.sync.SyncStore, name)
+    assert inspect.isfunction(declared), name
+    async_method = getattr(Store, name)
+    assert _shape(inspect.signature(declared)) == _shape(inspect.signature(async_method))
+    if name != "close":  # the facade's close also stops its loop thread, and says so
+        assert inspect.getdoc(declared) == inspect.getdoc(async_method)
+
+
+def test_the_facade_completes_in_a_repl(backend: BackendUnderTest) -> None:
+    with convostore.sync.connect(backend()) as store:
+        names = dir(store)
+        assert set(PUBLIC_COROUTINES) <= set(names)
+        assert {"close", "capabilities", "indexed_metadata", "target"} <= set(names)
+        assert isinstance(store.target, Store)
+        assert store.capabilities == store.target.capabilities
+
+
+def test_sync_connect_takes_what_connect_takes() -> None:
+    assert _shape(inspect.signature(convostore.sync.connect)) == _shape(
+        inspect.signature(convostore.connect)
+    )
+
+
+def test_work_after_close_is_a_store_error_and_closing_twice_is_harmless(
+    backend: BackendUnderTest,
+) -> None:
+    store = convostore.sync.connect(backend())
+    session = store.create_session(ALICE)
+    factory = ConversationFactory.for_sync_store(store)
+    chat = factory.create_for_participants(None, ALICE, BOB)
+    assert not store.closed
+    store.close()
+    assert store.closed
+    store.close()
+    with store:
+        pass
+    for call in (
+        lambda: store.get_session(session.id),
+        lambda: store.add_message(session.id, say("late")),
+        lambda: store.version(session.id),
+        lambda: factory.load(session.id),
+        chat.flush,
+        lambda: chat.add(UserMessage("late")),
+    ):
+        with pytest.raises(StoreError, match="closed"):
+            call()
+
+
+def test_a_sync_store_called_from_its_own_loop_is_refused(backend: BackendUnderTest) -> None:
+    with convostore.sync.connect(backend()) as store:
+        factory = ConversationFactory.for_sync_store(store)
+        chat = factory.create_for_participants(None, ALICE, BOB)
+        refused: list[BaseException] = []
+
+        def listener(event: object) -> None:
+            try:
+                store.version(chat.session_id)
+            except StoreError as error:
+                refused.append(error)
+
+        factory.subscribe(listener)
+        chat.add(UserMessage("hello"))
+        chat.flush()
+        assert refused
+        assert all("own event loop" in str(error) for error in refused)
+        assert store.version(chat.session_id) == 1
