@@ -120,6 +120,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             model text NOT NULL
         )""",
     ),
+    (
+        # A metadata value of any length: a btree entry holds at most about 2.7 kB, so
+        # the index holds each value's MD5 and a lookup compares the whole value after
+        # it. One value per key and session, so an update that replaces a value never
+        # meets its old value's hash.
+        "ALTER TABLE session_metadata DROP CONSTRAINT session_metadata_pkey",
+        """CREATE UNIQUE INDEX session_metadata_by_value
+            ON session_metadata (name, md5(value), session_id)""",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 

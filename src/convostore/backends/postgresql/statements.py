@@ -53,7 +53,15 @@ def _param(name: str, sql_type: str | None) -> str:
     return f"%({name})s" + ("" if sql_type is None else "::" + sql_type)
 
 
-DIALECT: Final = Dialect(name="postgresql", param=_param, time_param=lambda when: when, rows=READER)
+DIALECT: Final = Dialect(
+    name="postgresql",
+    param=_param,
+    time_param=lambda when: when,
+    rows=READER,
+    # The metadata index holds values of any length by their MD5 (a btree row has a
+    # size limit): the digest finds the rows, the values are then compared whole.
+    value_equals=lambda column, marker: f"md5({column}) = md5({marker}) AND {column} = {marker}",
+)
 STATEMENTS: Final = Statements(DIALECT)
 
 USER_COLUMNS: Final = columns(USER_FIELDS)

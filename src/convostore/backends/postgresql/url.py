@@ -64,7 +64,8 @@ class PostgreSQLTarget:
 def parse_postgresql_url(url: str) -> PostgreSQLTarget:
     """The target of a ``postgresql://`` URL. convostore's query options:
 
-    - ``schema``: ``[a-z_][a-z0-9_]{0,62}``, default ``public``;
+    - ``schema``: ``[a-z_][a-z0-9_]{0,62}``, default ``public``; not a system schema
+      (``information_schema``, ``pg_*``);
     - ``pool_min_size`` (default 1), ``pool_max_size`` (default 10);
     - ``pool_timeout``: seconds, default 30;
     - ``ef_search``: 1..1000, default 100.
@@ -81,6 +82,11 @@ def parse_postgresql_url(url: str) -> PostgreSQLTarget:
             if not IDENTIFIER.fullmatch(value):
                 raise InvalidArgumentError(
                     f"schema must match [a-z_][a-z0-9_]{{0,62}}, not {value!r}"
+                )
+            if value == "information_schema" or value.startswith("pg_"):
+                raise InvalidArgumentError(
+                    f"schema {value!r} belongs to PostgreSQL itself (information_schema and "
+                    "pg_* are the system's): name a schema of your own"
                 )
             target = replace(target, schema=value)
         elif name == "pool_min_size":

@@ -29,6 +29,9 @@ class Dialect:
       where the planner needs no hint.
     - ``count_sessions(include_parts, by_kind)``: the statement that counts an owner's
       sessions, or None for the plain ``count(*)`` over ``sessions``.
+    - ``value_equals(column, marker)``: the condition that an indexed metadata value
+      equals a parameter, in full, using the index (a dialect whose index holds a digest
+      of long values compares the digest, then the value).
     """
 
     name: str
@@ -37,6 +40,7 @@ class Dialect:
     rows: RowReader
     index_hint: Callable[[str], str] = lambda index: ""
     count_sessions: Callable[[bool, bool], str | None] = lambda include_parts, by_kind: None
+    value_equals: Callable[[str, str], str] = lambda column, marker: f"{column} = {marker}"
 
     def p(self, name: str, sql_type: str | None = None) -> str:
         """Shorthand for ``param``."""

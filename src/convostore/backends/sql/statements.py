@@ -156,7 +156,8 @@ class Statements:
         self.sessions_by_metadata = (
             f"SELECT {columns(SESSION_FIELDS, 's.')} FROM session_metadata m"
             " JOIN sessions s ON s.id = m.session_id"
-            f" WHERE m.name = {p('name')} AND m.value = {p('value')} ORDER BY m.session_id"
+            f" WHERE m.name = {p('name')} AND {dialect.value_equals('m.value', p('value'))}"
+            " ORDER BY m.session_id"
         )
 
     def listing(

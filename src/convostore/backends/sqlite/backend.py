@@ -139,6 +139,9 @@ class SQLiteBackend(SQLBackend):
             raise
         return backend
 
+    def release_when_dropped(self) -> Callable[[], None]:
+        return functools.partial(_abandon, self._writer, self._readers, self._searchers)
+
     async def close(self) -> None:
         if self._readers is not self._writer:
             await self._searchers.stop()
@@ -243,3 +246,11 @@ def _require_directory(path: str) -> None:
         raise BackendUnavailableError(
             f"cannot open the SQLite database {path!r}: the directory {directory!r} does not exist"
         )
+
+
+def _abandon(
+    writer: ConnectionWorker, readers: ConnectionWorker, searchers: ConnectionWorker
+) -> None:
+    searchers.abandon()
+    readers.abandon()
+    writer.abandon()

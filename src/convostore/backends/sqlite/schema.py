@@ -14,7 +14,7 @@ from typing import Final
 from convostore._time import to_micros, utc_now
 from convostore.backends.sql.decisions import backfill
 from convostore.backends.sql.statements import SESSION_INDEXES
-from convostore.backends.sqlite.connection import in_write_transaction
+from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
 from convostore.backends.sqlite.statements import STATEMENTS
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.errors import SchemaVersionError
@@ -185,6 +185,36 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         BEGIN
             UPDATE vector_generation SET generation = generation + 1 WHERE id = 1;
         END""",
+    ),
+    (
+        # Text search on the words every backend matches: the FTS5 index holds each
+        # message's `text_tokens` (case folded in full, so "Straße" is "strasse";
+        # compatibility forms decomposed, so "ﬁnal" is "final"; accents dropped), which
+        # convostore's function gives, separated by spaces. The ascii tokenizer splits
+        # them on those spaces alone: every other character of a token is a token
+        # character to it, so the index holds exactly those words. Contentless: the
+        # words are derived from the content, never read back, and a delete gives them
+        # again from the old content.
+        "DROP TRIGGER events_fts_insert",
+        "DROP TRIGGER events_fts_delete",
+        "DROP TABLE events_fts",
+        """CREATE VIRTUAL TABLE events_fts USING fts5 (
+            words, content = '', tokenize = 'ascii'
+        )""",
+        f"""CREATE TRIGGER events_fts_insert AFTER INSERT ON events
+            WHEN NEW.type = 'MESSAGE'
+        BEGIN
+            INSERT INTO events_fts (rowid, words)
+                VALUES (NEW.rowid, {TOKENS_FUNCTION}(NEW.content));
+        END""",
+        f"""CREATE TRIGGER events_fts_delete AFTER DELETE ON events
+            WHEN OLD.type = 'MESSAGE'
+        BEGIN
+            INSERT INTO events_fts (events_fts, rowid, words)
+                VALUES ('delete', OLD.rowid, {TOKENS_FUNCTION}(OLD.content));
+        END""",
+        f"""INSERT INTO events_fts (rowid, words)
+            SELECT rowid, {TOKENS_FUNCTION}(content) FROM events WHERE type = 'MESSAGE'""",
     ),
 )
 

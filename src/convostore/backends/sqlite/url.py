@@ -39,6 +39,14 @@ def parse_sqlite_url(url: str) -> SQLiteTarget:
     ``sqlite://`` or ``sqlite:///`` (``./convostore.db``), ``sqlite:///:memory:``, each
     with ``?synchronous=full|normal|extra`` and ``?busy_timeout=<ms>``; or a bare path,
     taken whole (with no options)."""
+    if "\x00" in url:
+        raise InvalidArgumentError("a SQLite URL holds a NUL character, which no path can hold")
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            "a SQLite URL holds a lone surrogate, not Unicode text"
+        ) from None
     scheme, separator, rest = url.partition("://")
     if not separator:
         return SQLiteTarget(url)
