@@ -9,6 +9,24 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
+
+from convostore.testing.fixtures import SKIP_VARIABLE, skipped_backends
 
 os.environ["TZ"] = "Asia/Kathmandu"
 time.tzset()
+
+
+def pytest_report_header() -> str | None:
+    opted_out = skipped_backends()
+    if not opted_out:
+        return None
+    return f"backends skipped by {SKIP_VARIABLE}: {', '.join(sorted(opted_out))}"
+
+
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """A backend's own tests (tests/backends/test_NAME.py) are left out, as its contract
+    cases are skipped, when ``CONVOSTORE_SKIP_BACKENDS`` names it."""
+    if collection_path.parent.name == "backends" and collection_path.name.startswith("test_"):
+        return collection_path.stem.removeprefix("test_") in skipped_backends() or None
+    return None

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         SessionExistsError,
         SessionNotFoundError,
         StaleObjectError,
+        StoreClosedError,
         StoreError,
         UnknownUserError,
     )
@@ -150,6 +151,7 @@ _LAZY: dict[str, str] = {
     "SessionExistsError": "convostore.errors",
     "SessionNotFoundError": "convostore.errors",
     "StaleObjectError": "convostore.errors",
+    "StoreClosedError": "convostore.errors",
     "StoreError": "convostore.errors",
     "UnknownUserError": "convostore.errors",
     "EventFilter": "convostore.filters",
@@ -233,6 +235,7 @@ __all__ = [
     "SlidingWindow",
     "StaleObjectError",
     "Store",
+    "StoreClosedError",
     "StoreError",
     "StoredConversation",
     "SystemMessage",
@@ -268,13 +271,15 @@ def __dir__() -> list[str]:
 async def connect(
     url: str = "sqlite:///convostore.db",
     *,
+    embedder: Embedder | None = None,
     indexed_metadata: Iterable[str] = (),
     **options: Any,
 ) -> Store:
     """Open a store. ``memory://`` keeps everything in this process;
     ``sqlite:///path.db`` (the default, ``./convostore.db``) is the embedded database.
+    ``embedder`` embeds each message as it is added and declares the vector index;
     ``indexed_metadata`` names the session metadata keys `Store.find_sessions_by_metadata`
     can search."""
     from convostore.backends import open_store
 
-    return await open_store(url, indexed_metadata=indexed_metadata, **options)
+    return await open_store(url, indexed_metadata=indexed_metadata, embedder=embedder, **options)

@@ -1,21 +1,50 @@
-"""JSON as every backend stores it: strict (no NaN), compact, order kept."""
+"""JSON as every backend stores it: strict (no NaN), compact, order kept, nested at most
+`MAX_JSON_DEPTH` deep."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from convostore.errors import InvalidArgumentError
 
+MAX_JSON_DEPTH: Final = 100
+"""How deep a JSON value may nest (objects and arrays): deeper values are refused with
+`InvalidArgumentError`, so every backend and every JSON parser reads back what it
+stores without exhausting its stack."""
+
+
+_CONTAINERS: Final = (dict, list, tuple)
+
 
 def dumps(value: Any, name: str) -> str:
+    check_depth(value, name)
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         raise InvalidArgumentError(f"{name} is not JSON-serialisable: {error}") from error
     return check_text(text, name)
+
+
+def check_depth(value: Any, name: str) -> None:
+    """Refuse ``value`` if its objects and arrays nest deeper than `MAX_JSON_DEPTH`;
+    walked without recursion, so a cycle or a value a million levels deep is refused
+    as surely as one of 101."""
+    level: dict[int, Any] = {id(value): value} if isinstance(value, _CONTAINERS) else {}
+    for _ in range(MAX_JSON_DEPTH):
+        if not level:
+            return
+        inner: dict[int, Any] = {}
+        for item in level.values():
+            for child in item.values() if isinstance(item, dict) else item:
+                if isinstance(child, _CONTAINERS):
+                    inner[id(child)] = child
+        level = inner
+    if not level:
+        return
+    raise InvalidArgumentError(f"{name} nests deeper than {MAX_JSON_DEPTH} levels")
 
 
 def check_text(text: str, name: str) -> str:
@@ -46,9 +75,10 @@ def normalized(value: Any, name: str) -> tuple[Any, str]:
     return json.loads(text), text
 
 
-def index_value(value: Any) -> str:
+def index_value(value: Any, name: str = "metadata value") -> str:
     """How a metadata value is compared by `Store.find_sessions_by_metadata`: a string
-    as itself, anything else as its compact JSON."""
+    as itself, anything else as its compact JSON (a value JSON cannot hold, such as NaN,
+    is refused with `InvalidArgumentError`)."""
     if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return check_text(value, name)
+    return dumps(value, name)

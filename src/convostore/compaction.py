@@ -10,9 +10,11 @@ message), so a turn is never split; the newest turn is always kept.
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from convostore import _json
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnyOf",
+    "CompactionOutcome",
     "CompactionResult",
+    "CompactionSkipped",
     "CompactionStrategy",
     "CompactionTrigger",
     "SlidingWindow",
@@ -38,9 +42,12 @@ __all__ = [
     "TurnWindow",
     "approximate_tokens",
     "compact",
+    "compact_outcome",
     "event_text",
     "snap_to_turn_start",
 ]
+
+log = logging.getLogger("convostore.compaction")
 
 TokenCounter = Callable[[str], int]
 Summarize = Callable[[list[Event]], "str | list[str] | Awaitable[str | list[str]]"]
@@ -187,6 +194,27 @@ class CompactionResult:
     version: int
 
 
+class CompactionSkipped(StrEnum):
+    """Why a compaction wrote nothing."""
+
+    TRIGGER_NOT_FIRED = "trigger_not_fired"
+    """The trigger said the active view does not need compacting yet."""
+    NOTHING_TO_COMPACT = "nothing_to_compact"
+    """The strategy's cut, snapped to a turn start, leaves nothing to take out of the view."""
+    VERSION_MOVED = "version_moved"
+    """Another writer appended (or compacted) after the view was read: the batch was
+    refused by its version check. Compacting again works on the new view."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    """What `Store.compact_outcome` did: ``result`` when it wrote a compaction, else
+    ``skipped`` says why not (exactly one of the two is set)."""
+
+    result: CompactionResult | None
+    skipped: CompactionSkipped | None
+
+
 def snap_to_turn_start(view: Sequence[Event], cut: int) -> int:
     """Move ``cut`` forward to the next turn start; where none follows, back to the
     newest turn start, so the newest turn is kept. A view with no turn start cannot be
@@ -205,6 +233,18 @@ async def compact(
     trigger: CompactionTrigger | None = None,
 ) -> CompactionResult | None:
     """Compact the session's active view (see `Store.compact`)."""
+    outcome = await compact_outcome(store, session_id, strategy, summarize, trigger)
+    return outcome.result
+
+
+async def compact_outcome(
+    store: Store,
+    session_id: str,
+    strategy: CompactionStrategy,
+    summarize: Summarize,
+    trigger: CompactionTrigger | None = None,
+) -> CompactionOutcome:
+    """`compact`, saying why nothing was written (see `Store.compact_outcome`)."""
     if not isinstance(strategy, CompactionStrategy):
         raise InvalidArgumentError("strategy must have a cut(view) method")
     # The version is read before the view: if anything is appended in between, the
@@ -214,11 +254,11 @@ async def compact(
         raise SessionNotFoundError(f"no session {session_id!r}")
     view = await store.read(session_id, EventFilter(active_view=True))
     if trigger is not None and not trigger.should_compact(view):
-        return None
+        return _skipped(session_id, CompactionSkipped.TRIGGER_NOT_FIRED)
     wanted = strategy.cut(view)
     cut = 0 if wanted <= 0 else snap_to_turn_start(view, wanted)
     if cut == 0:
-        return None
+        return _skipped(session_id, CompactionSkipped.NOTHING_TO_COMPACT)
     leaving, kept = list(view[:cut]), list(view[cut:])
     summaries = await _summaries(summarize, leaving)
     boundary_id = new_id()
@@ -237,14 +277,20 @@ async def compact(
         ),
     ]
     if not await store.append_events(session_id, writes, expected_version=version):
-        return None
-    return CompactionResult(
+        return _skipped(session_id, CompactionSkipped.VERSION_MOVED)
+    result = CompactionResult(
         boundary_id=boundary_id,
         summary_ids=summary_ids,
         kept_event_ids=kept_ids,
         compacted_event_ids=tuple(event.id for event in leaving),
         version=version + 1,
     )
+    return CompactionOutcome(result, None)
+
+
+def _skipped(session_id: str, why: CompactionSkipped) -> CompactionOutcome:
+    log.debug("compaction of session %s wrote nothing: %s", session_id, why.value)
+    return CompactionOutcome(None, why)
 
 
 async def _summaries(summarize: Summarize, events: list[Event]) -> list[str]:

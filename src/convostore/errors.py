@@ -26,6 +26,7 @@ __all__ = [
     "SessionExistsError",
     "SessionNotFoundError",
     "StaleObjectError",
+    "StoreClosedError",
     "StoreError",
     "UnknownUserError",
 ]
@@ -89,6 +90,10 @@ class SchemaVersionError(StoreError):
 class BackendUnavailableError(StoreError):
     """The backend cannot be reached or used: a missing driver (the message names the
     extra to install), a lost connection, a locked or unreadable database."""
+
+
+class StoreClosedError(StoreError):
+    """The store was closed: it takes no more work (closing it again is harmless)."""
 
 
 class ReembedIncompleteError(StoreError):

@@ -8,7 +8,7 @@ version, stamps, and times the write leaves out).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeVar
@@ -142,6 +142,19 @@ class Asset:
     created_at: datetime | None = None
 
 
+def _repr_hiding_embedding(value: Any) -> str:
+    """The dataclass repr, with a vector shown by its width: hundreds of floats would
+    drown every other field in a log line or a traceback."""
+    shown: list[str] = []
+    for item in fields(value):
+        field_value = getattr(value, item.name)
+        if item.name == "embedding" and field_value is not None:
+            shown.append(f"embedding=<{len(field_value)} floats>")
+        elif item.repr:
+            shown.append(f"{item.name}={field_value!r}")
+    return f"{type(value).__qualname__}({', '.join(shown)})"
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One entry of a session's log, at position ``seq`` (assigned by the store)."""
@@ -177,6 +190,9 @@ class Message(Event):
     embedding_model: str | None = None
     stamp: str = ""
 
+    def __repr__(self) -> str:
+        return _repr_hiding_embedding(self)
+
 
 @dataclass(frozen=True, slots=True)
 class MessageWrite:
@@ -202,6 +218,9 @@ class MessageWrite:
     embedding_model: str | None = None
     synthetic: bool = False
 
+    def __repr__(self) -> str:
+        return _repr_hiding_embedding(self)
+
 
 @dataclass(frozen=True, slots=True)
 class EventWrite:
@@ -225,11 +244,13 @@ class SessionOrder(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PageRequest:
-    """One page of a listing: ``size`` in 1..100, the cursor of the previous page."""
+    """One page of a listing: ``size`` in 1..100, the cursor of the previous page, and
+    the order. A request that names no order follows its cursor's order (newest created
+    first without a cursor); naming the other order than the cursor's is refused."""
 
     size: int = 20
     cursor: str | None = None
-    order: SessionOrder = SessionOrder.CREATED
+    order: SessionOrder | None = None
 
 
 @dataclass(frozen=True, slots=True)

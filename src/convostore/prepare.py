@@ -41,6 +41,8 @@ from convostore.model import (
 )
 
 MAX_PAGE_SIZE = 100
+MAX_KIND_LENGTH = 255
+"""The longest session kind, in characters, on every backend."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,9 +155,7 @@ def prepare_session(
     held_with_id = (
         None if held_with is None else _collect_user(held_with, "held_with", users, required)
     )
-    if not isinstance(kind, str) or not kind.strip():
-        raise InvalidArgumentError("kind must be a non-blank string")
-    _json.check_text(kind, "kind")
+    check_kind(kind)
     metadata_value, metadata_json = normalized_metadata(metadata)
     now = utc_now()
     session = Session(
@@ -210,9 +210,20 @@ def prepare_changes(indexed_keys: frozenset[str], session: Session) -> SessionCh
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One page of a listing to read: ``size`` items after ``after`` in ``order``."""
+
+    owner_id: str
+    size: int
+    order: SessionOrder
+    after: Keyset | None
+    filter: SessionFilter
+
+
 def prepare_listing(
-    owner_id: str, page: PageRequest | None, filter: SessionFilter | None
-) -> tuple[str, PageRequest, Keyset | None, SessionFilter]:
+    owner: UserRef, page: PageRequest | None, filter: SessionFilter | None
+) -> Listing:
     page = page or PageRequest()
     if not isinstance(page, PageRequest):
         raise InvalidArgumentError("page must be a PageRequest")
@@ -224,14 +235,18 @@ def prepare_listing(
         raise InvalidArgumentError(
             f"page size must be between 1 and {MAX_PAGE_SIZE}, got {page.size!r}"
         )
-    try:
-        order = SessionOrder(page.order)
-    except ValueError:
-        raise InvalidArgumentError(f"unknown session order {page.order!r}") from None
+    order: SessionOrder | None = None
+    if page.order is not None:
+        try:
+            order = SessionOrder(page.order)
+        except ValueError:
+            raise InvalidArgumentError(f"unknown session order {page.order!r}") from None
     keyset = None if page.cursor is None else decode_cursor(page.cursor, order)
-    if order is not page.order:
-        page = PageRequest(page.size, page.cursor, order)
-    return check_id(owner_id, "owner_id"), page, keyset, check_session_filter(filter)
+    if order is None:
+        order = SessionOrder.CREATED if keyset is None else keyset.order
+    return Listing(
+        user_id_of(owner, "owner"), page.size, order, keyset, check_session_filter(filter)
+    )
 
 
 def prepare_append(
@@ -305,8 +320,11 @@ def prepare_message(
     data = tuple(_check_data(d) for d in write.data)
     assets = tuple(_check_asset(a, created_at) for a in write.assets)
     embedding = None if write.embedding is None else check_vector(write.embedding)
-    if embedding is not None and not write.embedding_model:
-        raise InvalidArgumentError("an embedding needs its embedding_model")
+    if embedding is not None:
+        model = write.embedding_model
+        if not isinstance(model, str) or not model.strip():
+            raise InvalidArgumentError("an embedding needs its embedding_model, a non-blank string")
+        _json.check_text(model, "embedding_model")
     message = Message(
         id=_event_id(write.id),
         session_id=session_id,
@@ -341,6 +359,15 @@ def prepare_message(
     )
 
 
+def check_kind(kind: Any) -> str:
+    """A session kind: non-blank text of at most `MAX_KIND_LENGTH` characters."""
+    if not isinstance(kind, str) or not kind.strip() or len(kind) > MAX_KIND_LENGTH:
+        raise InvalidArgumentError(
+            f"kind must be a non-blank string of at most {MAX_KIND_LENGTH} characters"
+        )
+    return _json.check_text(kind, "kind")
+
+
 def check_id(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 255:
         raise InvalidArgumentError(f"{name} must be a non-blank string of at most 255 characters")
@@ -367,6 +394,10 @@ def check_session_filter(filter: SessionFilter | None) -> SessionFilter:
         raise InvalidArgumentError("filter must be a SessionFilter")
     if filter.kind is not None and not isinstance(filter.kind, str):
         raise InvalidArgumentError("filter.kind must be a string or None")
+    if filter.kind is not None:
+        _json.check_text(filter.kind, "filter.kind")
+    if not isinstance(filter.include_parts, bool):
+        raise InvalidArgumentError("filter.include_parts must be a bool")
     return filter
 
 
@@ -451,19 +482,43 @@ def _check_asset(asset: Any, default_time: datetime) -> Asset:
 
 
 def check_vector(vector: Sequence[float]) -> tuple[float, ...]:
-    """The vector as every backend keeps it: single precision."""
+    """The vector as every backend keeps it: single precision, every value finite (a
+    value beyond single precision's range, such as 1e39, overflows to infinity and is
+    refused as NaN and infinities are)."""
+    if isinstance(vector, (str, bytes)):
+        raise InvalidArgumentError("an embedding must be a sequence of floats, not text")
     try:
         values = array("f", vector)
-    except (TypeError, OverflowError) as error:
+    except (TypeError, ValueError, OverflowError) as error:
         raise InvalidArgumentError(f"an embedding must be a sequence of floats: {error}") from error
     if not values:
         raise InvalidArgumentError("an embedding must not be empty")
-    kept = tuple(values.tolist())
-    if not all(math.isfinite(value) for value in kept):
+    checked = tuple(values.tolist())
+    if not all(map(math.isfinite, checked)):
         raise InvalidArgumentError(
-            "an embedding's values must be finite numbers within single precision (±3.4e38)"
+            "an embedding must hold finite single-precision values: NaN, infinities and "
+            "values beyond ±3.4e38 are refused"
         )
-    return kept
+    return checked
+
+
+def check_index_width(append: PreparedAppend, model: str | None, width: int | None) -> None:
+    """Refuse a message whose vector is tagged with the vector index's model but is not
+    of the index's width: the index could never rank it."""
+    if model is None or width is None:
+        return
+    for item in append.events:
+        event = item.event
+        if (
+            isinstance(event, Message)
+            and event.embedding is not None
+            and event.embedding_model == model
+            and len(event.embedding) != width
+        ):
+            raise InvalidArgumentError(
+                f"message {event.id!r} has a vector of width {len(event.embedding)} tagged "
+                f"with the vector index's model {model!r}, whose vectors have width {width}"
+            )
 
 
 def prepare_event(session_id: str, write: EventWrite, now: datetime) -> PreparedEvent:

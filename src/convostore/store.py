@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -42,6 +44,7 @@ from convostore.embedding import (
 from convostore.errors import (
     InvalidArgumentError,
     NotIndexedError,
+    StoreClosedError,
 )
 from convostore.filters import (
     EventFilter,
@@ -65,8 +68,10 @@ from convostore.model import (
     UserRef,
 )
 from convostore.prepare import (
+    Listing,
     PreparedAppend,
     check_id,
+    check_index_width,
     check_session_filter,
     check_title,
     check_user,
@@ -81,6 +86,7 @@ from convostore.prepare import (
 
 if TYPE_CHECKING:
     from convostore.compaction import (
+        CompactionOutcome,
         CompactionResult,
         CompactionStrategy,
         CompactionTrigger,
@@ -119,6 +125,10 @@ class Store:
         self.embedder: Embedder | None = None if embedder is None else filtering(embedder)
         self.vector_index: VectorIndexSpec | None = connected.vector_index
         self.vector_index_drift: str | None = connected.vector_index_drift
+        # A store collected without close() releases what its backend holds, and warns.
+        self._dropped = weakref.finalize(
+            self, _dropped_unclosed, type(backend).__name__, backend.release_when_dropped()
+        )
 
     @property
     def capabilities(self) -> Capabilities:
@@ -126,6 +136,17 @@ class Store:
         return self.backend.capabilities
 
     # ---------------------------------------------------------------- lifecycle
+
+    url: str = ""
+    """The URL the store was opened with, without its password."""
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return f"<Store {type(self.backend).__name__} {self.url or '(no URL)'}{state}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self!r} is closed: open a new store to do more work")
 
     async def __aenter__(self) -> Self:
         return self
@@ -140,7 +161,8 @@ class Store:
 
     async def close(self) -> None:
         """Run the before-close callbacks (conversations flush what is pending), then
-        release the backend's connections. Closing twice is harmless."""
+        release the backend's connections. Closing twice is harmless; any other call
+        after close raises `StoreClosedError`."""
         if self._closed:
             return
         try:
@@ -148,6 +170,7 @@ class Store:
                 await callback()
         finally:
             self._closed = True
+            self._dropped.detach()
             await self.backend.close()
 
     def before_close(self, callback: Callable[[], Awaitable[None]]) -> Callable[[], None]:
@@ -174,12 +197,14 @@ class Store:
 
     async def put_user(self, user: User) -> User:
         """Insert the user, or overwrite the stored one with the same id."""
+        self._check_open()
         user = check_user(user)
         await self.backend.put_user(user)
         return user
 
     async def get_user(self, user_id: str) -> User | None:
         """The stored user, or None."""
+        self._check_open()
         return await self.backend.get_user(check_id(user_id, "user_id"))
 
     # ---------------------------------------------------------------- sessions
@@ -203,6 +228,7 @@ class Store:
         ``part_of`` must name an existing top-level session (`SessionNotFoundError`
         otherwise) with the same owner (`InvalidArgumentError` otherwise).
         """
+        self._check_open()
         new = prepare_session(
             self.indexed_metadata,
             owner,
@@ -232,6 +258,7 @@ class Store:
     ) -> bool:
         """Create the session unless one with this id exists. Atomic: of many
         concurrent calls for one id exactly one returns True."""
+        self._check_open()
         new = prepare_session(
             self.indexed_metadata,
             owner,
@@ -247,18 +274,21 @@ class Store:
 
     async def get_session(self, session_id: str) -> Session | None:
         """The session, or None. Expired sessions are returned until deleted."""
+        self._check_open()
         return await self.backend.get_session(check_id(session_id, "session_id"))
 
     async def update_session(self, session: Session) -> Session:
         """Write ``title``, ``metadata`` and ``expires_at`` of a session read from the
         store, only if its ``stamp`` still matches the stored one; otherwise
         `StaleObjectError` and nothing is written. Returns the session as stored."""
+        self._check_open()
         changes = prepare_changes(self.indexed_metadata, session)
         return await self.backend.update_session(changes)
 
     async def set_title(self, session_id: str, title: str | None) -> Session:
         """Write the title alone. Never conflicts; changes the stamp.
         An unknown session raises `SessionNotFoundError`."""
+        self._check_open()
         return await self.backend.set_title(
             check_id(session_id, "session_id"), check_title(title), new_stamp()
         )
@@ -266,44 +296,47 @@ class Store:
     async def delete_session(self, session_id: str) -> bool:
         """Delete the session, the sessions that are part of it, and all their events.
         Users are kept. False when there was no such session."""
+        self._check_open()
         return await self.backend.delete_session(check_id(session_id, "session_id"))
 
     async def list_sessions(
         self,
-        owner_id: str,
+        owner_id: UserRef,
         page: PageRequest | None = None,
         filter: SessionFilter | None = None,
     ) -> Page[Session]:
-        """One page of the owner's sessions, newest first, by keyset (page n costs what
-        page 1 costs). Top-level sessions only unless ``filter.include_parts``."""
-        owner_id, page, keyset, filter = prepare_listing(owner_id, page, filter)
-        rows = await self.backend.list_sessions(
-            SessionPage(owner_id, page.order, keyset, page.size + 1, filter)
-        )
-        return _page(rows, page, lambda s: s)
+        """One page of the owner's (a `User` or an id) sessions, newest first, by keyset
+        (page n costs what page 1 costs). Top-level sessions only unless
+        ``filter.include_parts``. A page that names no order follows its cursor's."""
+        self._check_open()
+        listing = prepare_listing(owner_id, page, filter)
+        rows = await self.backend.list_sessions(_session_page(listing))
+        return _page(rows, listing, lambda s: s)
 
     async def list_summaries(
         self,
-        owner_id: str,
+        owner_id: UserRef,
         page: PageRequest | None = None,
         filter: SessionFilter | None = None,
     ) -> Page[SessionSummary]:
         """`list_sessions`, each session with its owner, message count and first author,
         all computed by the backend's query without loading message bodies."""
-        owner_id, page, keyset, filter = prepare_listing(owner_id, page, filter)
-        rows = await self.backend.list_summaries(
-            SessionPage(owner_id, page.order, keyset, page.size + 1, filter)
-        )
-        return _page(rows, page, lambda s: s.session)
+        self._check_open()
+        listing = prepare_listing(owner_id, page, filter)
+        rows = await self.backend.list_summaries(_session_page(listing))
+        return _page(rows, listing, lambda s: s.session)
 
-    async def count_sessions(self, owner_id: str, filter: SessionFilter | None = None) -> int:
-        """How many sessions `list_sessions` would list over all its pages."""
+    async def count_sessions(self, owner_id: UserRef, filter: SessionFilter | None = None) -> int:
+        """How many sessions `list_sessions` would list over all its pages (the owner a
+        `User` or an id)."""
+        self._check_open()
         return await self.backend.count_sessions(
-            check_id(owner_id, "owner_id"), check_session_filter(filter)
+            user_id_of(owner_id, "owner_id"), check_session_filter(filter)
         )
 
     async def find_part(self, part_of: str, held_with: UserRef) -> Session | None:
         """The earliest session that is part of ``part_of`` and held with that user."""
+        self._check_open()
         return await self.backend.find_part(
             check_id(part_of, "part_of"), user_id_of(held_with, "held_with")
         )
@@ -319,6 +352,7 @@ class Store:
         """`find_part`, or a new part owned by the parent's owner. Under a race every
         caller settles on the same, earliest, session. An unknown parent raises
         `SessionNotFoundError`, a parent that is itself a part `InvalidArgumentError`."""
+        self._check_open()
         # The owner is the parent's, which the backend reads in the same transaction.
         new = prepare_session(
             self.indexed_metadata, None, None, title, kind, part_of, held_with, None, None
@@ -327,17 +361,20 @@ class Store:
 
     async def list_parts(self, part_of: str) -> list[SessionSummary]:
         """The sessions that are part of ``part_of``, oldest first, with their summaries."""
+        self._check_open()
         return await self.backend.list_parts(check_id(part_of, "part_of"))
 
     async def participants(self, session_id: str) -> list[User]:
         """Everyone who wrote a message in the session, once each, in order of their
         first message. [] for an unknown session."""
+        self._check_open()
         return await self.backend.participants(check_id(session_id, "session_id"))
 
     async def find_sessions_by_metadata(self, name: str, value: Any) -> list[Session]:
         """Sessions whose metadata ``name`` equals ``value``, compared as strings in full
         (a non-string as its compact JSON), oldest first. Only keys named in the store's
         ``indexed_metadata`` can be searched; others raise `NotIndexedError`."""
+        self._check_open()
         if name not in self.indexed_metadata:
             raise NotIndexedError(
                 f"metadata key {name!r} is not indexed; pass it in connect(..., "
@@ -351,6 +388,7 @@ class Store:
         store on it (the keys belong to the database: connecting only adds keys). False
         when it was not indexed. Stores already connected keep answering from what is
         left until they reconnect; searching by ``name`` here raises `NotIndexedError`."""
+        self._check_open()
         key = check_indexed_keys([name])
         removed = await self.backend.remove_indexed_key(next(iter(key)))
         self.indexed_metadata = self.indexed_metadata - key
@@ -361,6 +399,7 @@ class Store:
         parts and events; atomically per session, so a session whose expiry was
         extended concurrently survives. Returns how many expired sessions were deleted
         (their parts are not counted)."""
+        self._check_open()
         when = utc_now() if before is None else require_aware(before, "before")
         return await self.backend.delete_expired(when)
 
@@ -383,7 +422,8 @@ class Store:
         session raises `EventIdConflictError`. An unknown session raises
         `SessionNotFoundError` and creates nothing.
         """
-        prepared = prepare_append(session_id, [write], expected_version=None)
+        self._check_open()
+        prepared = self._prepared_append(session_id, [write], None)
         prepared, failures = await self._embed(prepared)
         outcome = await self.backend.append(prepared)
         if outcome.applied:
@@ -400,14 +440,19 @@ class Store:
         ``expected_version``; False and nothing written otherwise. A successful batch
         adds 1 to the version whatever its size. An id already stored (in any log) or
         given twice raises `EventIdConflictError`."""
+        self._check_open()
         if (
             not isinstance(expected_version, int)
             or isinstance(expected_version, bool)
             or expected_version < 0
         ):
             raise InvalidArgumentError("expected_version must be a non-negative integer")
+        if not isinstance(writes, Iterable) or isinstance(writes, (str, bytes, Mapping)):
+            raise InvalidArgumentError(
+                "append_events takes a sequence of MessageWrite and EventWrite values"
+            )
         writes = list(writes)
-        prepared = prepare_append(session_id, writes, expected_version=expected_version)
+        prepared = self._prepared_append(session_id, writes, expected_version)
         if not writes:
             return await self.backend.version(prepared.session_id) == expected_version
         prepared, failures = await self._embed(prepared)
@@ -416,14 +461,28 @@ class Store:
             self._publish(failures)
         return applied
 
+    def _prepared_append(
+        self,
+        session_id: str,
+        writes: Sequence[MessageWrite | EventWrite],
+        expected_version: int | None,
+    ) -> PreparedAppend:
+        prepared = prepare_append(session_id, writes, expected_version)
+        spec = self.vector_index
+        if spec is not None:
+            check_index_width(prepared, spec.model, spec.dimensions)
+        return prepared
+
     async def version(self, session_id: str) -> int:
         """The log's version: 0 for an unknown or empty session; +1 for every append
         that adds an event and for every successful batch."""
+        self._check_open()
         return await self.backend.version(check_id(session_id, "session_id"))
 
     async def read(self, session_id: str, filter: EventFilter | None = None) -> list[Event]:
         """The session's events that pass ``filter``, oldest first (log order; in the
         active view, view order). [] for an unknown session."""
+        self._check_open()
         event_filter = (filter or EventFilter()).validated()
         return await self.backend.read(check_id(session_id, "session_id"), event_filter)
 
@@ -436,6 +495,7 @@ class Store:
         """Set (or clear) a message's narration; changes the message's stamp, not the
         session's activity. False, and nothing written, for a message not in that
         session."""
+        self._check_open()
         if text is not None and not isinstance(text, str):
             raise InvalidArgumentError("narration must be a string or None")
         if text is not None:
@@ -455,7 +515,7 @@ class Store:
         *,
         vector: Sequence[float] | None = None,
         mode: SearchMode | None = None,
-        owner_id: str | None = None,
+        owner_id: UserRef | None = None,
         session_id: str | None = None,
         k: int = 10,
         roles: Sequence[Role | str] | None = None,
@@ -470,6 +530,7 @@ class Store:
         owner's sessions, so no other owner's message can appear; ``session_id`` and
         ``roles`` narrow further. A vector of the wrong width is a `ValueError`.
         """
+        self._check_open()
         if mode is None:
             mode = "vector" if vector is not None or (self.embedder and query) else "text"
         if mode not in ("vector", "text", "hybrid"):
@@ -477,7 +538,7 @@ class Store:
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_HITS:
             raise InvalidArgumentError(f"k must be between 1 and {MAX_SEARCH_HITS}")
         scope = SearchScope(
-            owner_id=None if owner_id is None else check_id(owner_id, "owner_id"),
+            owner_id=None if owner_id is None else user_id_of(owner_id, "owner_id"),
             session_id=None if session_id is None else check_id(session_id, "session_id"),
             roles=None if roles is None else tuple(parse_role(r) for r in roles),
         )
@@ -540,6 +601,7 @@ class Store:
         always restored. Raises `ReembedIncompleteError` naming the messages that
         failed and how many were never tried; a rerun touches only what is pending.
         ``on_progress(done, total)`` is called after each page."""
+        self._check_open()
         from convostore.embedding import reembed
 
         chosen = self.embedder if embedder is None else filtering(embedder)
@@ -610,10 +672,25 @@ class Store:
         what leaves the view, and write the boundary and the summaries in one
         `append_events` with that version. None, and nothing written, when the trigger
         does not fire, nothing leaves the view, or another writer moved the version
-        first. An unknown session raises `SessionNotFoundError`."""
-        from convostore.compaction import compact
+        first (`compact_outcome` says which). An unknown session raises
+        `SessionNotFoundError`."""
+        return (await self.compact_outcome(session_id, strategy, summarize, trigger)).result
 
-        return await compact(self, session_id, strategy, summarize, trigger)
+    async def compact_outcome(
+        self,
+        session_id: str,
+        strategy: CompactionStrategy,
+        summarize: Summarize,
+        trigger: CompactionTrigger | None = None,
+    ) -> CompactionOutcome:
+        """`compact`, returning what it did: ``result``, or ``skipped`` with the reason
+        it wrote nothing (`CompactionSkipped`: the trigger did not fire, nothing leaves
+        the view, or another writer moved the version first, when compacting again
+        works on the new view)."""
+        self._check_open()
+        from convostore.compaction import compact_outcome
+
+        return await compact_outcome(self, session_id, strategy, summarize, trigger)
 
 
 # --------------------------------------------------------------------------------------
@@ -636,16 +713,35 @@ def _discard(items: list[Any], item: Any) -> None:
         items.remove(item)
 
 
-def _page(rows: list[Any], page: PageRequest, session_of: Any) -> Page[Any]:
-    if len(rows) <= page.size:
+def _dropped_unclosed(kind: str, release: Callable[[], None] | None) -> None:
+    if release is not None:
+        release()
+    warnings.warn(
+        f"a store on {kind} was collected without close(): close stores (or use async "
+        "with) to release their connections when you are done",
+        ResourceWarning,
+        stacklevel=1,
+    )
+
+
+def _session_page(listing: Listing) -> SessionPage:
+    return SessionPage(
+        listing.owner_id, listing.order, listing.after, listing.size + 1, listing.filter
+    )
+
+
+def _page(rows: list[Any], listing: Listing, session_of: Any) -> Page[Any]:
+    if len(rows) <= listing.size:
         return Page(items=rows, next_cursor=None)
-    items = rows[: page.size]
+    items = rows[: listing.size]
     last: Session = session_of(items[-1])
     keyset = Keyset(
-        order=page.order,
+        order=listing.order,
         session_id=last.id,
         last_activity_us=(
-            to_micros(last.last_activity_at) if page.order is SessionOrder.LAST_ACTIVITY else None
+            to_micros(last.last_activity_at)
+            if listing.order is SessionOrder.LAST_ACTIVITY
+            else None
         ),
     )
     return Page(items=items, next_cursor=encode_cursor(keyset))

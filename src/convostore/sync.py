@@ -26,7 +26,13 @@ from typing import Any, Self
 from convostore import connect as _async_connect
 from convostore._sync import LoopThread, SyncProxy, SyncStoreBase
 from convostore.backends.interface import Capabilities, DatabaseStats
-from convostore.compaction import CompactionResult, CompactionStrategy, CompactionTrigger, Summarize
+from convostore.compaction import (
+    CompactionOutcome,
+    CompactionResult,
+    CompactionStrategy,
+    CompactionTrigger,
+    Summarize,
+)
 from convostore.conversation.events import DEFAULT_MAX_PENDING_EVENTS, ConversationEvent, Listener
 from convostore.conversation.factory import BaseConversationFactory
 from convostore.conversation.messages import ConversationMessage
@@ -180,21 +186,29 @@ class SyncStore(SyncStoreBase):
         return self._run(self._target.delete_session(session_id))
 
     def list_sessions(
-        self, owner_id: str, page: PageRequest | None = None, filter: SessionFilter | None = None
+        self,
+        owner_id: UserRef,
+        page: PageRequest | None = None,
+        filter: SessionFilter | None = None,
     ) -> Page[Session]:
-        """One page of the owner's sessions, newest first, by keyset (page n costs what
-        page 1 costs). Top-level sessions only unless ``filter.include_parts``."""
+        """One page of the owner's (a `User` or an id) sessions, newest first, by keyset
+        (page n costs what page 1 costs). Top-level sessions only unless
+        ``filter.include_parts``. A page that names no order follows its cursor's."""
         return self._run(self._target.list_sessions(owner_id, page, filter))
 
     def list_summaries(
-        self, owner_id: str, page: PageRequest | None = None, filter: SessionFilter | None = None
+        self,
+        owner_id: UserRef,
+        page: PageRequest | None = None,
+        filter: SessionFilter | None = None,
     ) -> Page[SessionSummary]:
         """`list_sessions`, each session with its owner, message count and first author,
         all computed by the backend's query without loading message bodies."""
         return self._run(self._target.list_summaries(owner_id, page, filter))
 
-    def count_sessions(self, owner_id: str, filter: SessionFilter | None = None) -> int:
-        """How many sessions `list_sessions` would list over all its pages."""
+    def count_sessions(self, owner_id: UserRef, filter: SessionFilter | None = None) -> int:
+        """How many sessions `list_sessions` would list over all its pages (the owner a
+        `User` or an id)."""
         return self._run(self._target.count_sessions(owner_id, filter))
 
     def find_part(self, part_of: str, held_with: UserRef) -> Session | None:
@@ -289,7 +303,7 @@ class SyncStore(SyncStoreBase):
         *,
         vector: Sequence[float] | None = None,
         mode: SearchMode | None = None,
-        owner_id: str | None = None,
+        owner_id: UserRef | None = None,
         session_id: str | None = None,
         k: int = 10,
         roles: Sequence[Role | str] | None = None,
@@ -343,8 +357,22 @@ class SyncStore(SyncStoreBase):
         what leaves the view, and write the boundary and the summaries in one
         `append_events` with that version. None, and nothing written, when the trigger
         does not fire, nothing leaves the view, or another writer moved the version
-        first. An unknown session raises `SessionNotFoundError`."""
+        first (`compact_outcome` says which). An unknown session raises
+        `SessionNotFoundError`."""
         return self._run(self._target.compact(session_id, strategy, summarize, trigger))
+
+    def compact_outcome(
+        self,
+        session_id: str,
+        strategy: CompactionStrategy,
+        summarize: Summarize,
+        trigger: CompactionTrigger | None = None,
+    ) -> CompactionOutcome:
+        """`compact`, returning what it did: ``result``, or ``skipped`` with the reason
+        it wrote nothing (`CompactionSkipped`: the trigger did not fire, nothing leaves
+        the view, or another writer moved the version first, when compacting again
+        works on the new view)."""
+        return self._run(self._target.compact_outcome(session_id, strategy, summarize, trigger))
 
 
 class SyncConversationFactory(SyncProxy[BaseConversationFactory[Any]]):
@@ -532,13 +560,19 @@ class SyncConversation(SyncProxy[StoredConversation]):
 
 
 def connect(
-    url: str = "sqlite:///convostore.db", *, indexed_metadata: Iterable[str] = (), **options: Any
+    url: str = "sqlite:///convostore.db",
+    *,
+    embedder: Embedder | None = None,
+    indexed_metadata: Iterable[str] = (),
+    **options: Any,
 ) -> SyncStore:
     """Open a store, as `convostore.connect` does, with plain blocking methods. The store's
     event loop runs in a thread of its own until `SyncStore.close`."""
     loop_thread = LoopThread()
     try:
-        store = loop_thread.run(_async_connect(url, indexed_metadata=indexed_metadata, **options))
+        store = loop_thread.run(
+            _async_connect(url, embedder=embedder, indexed_metadata=indexed_metadata, **options)
+        )
     except BaseException:
         loop_thread.stop()
         raise

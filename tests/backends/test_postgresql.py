@@ -207,6 +207,14 @@ def test_a_schema_name_outside_the_allowlist_is_refused(schema: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "schema", ["information_schema", "pg_catalog", "pg_toast", "pg_temp_3", "pg_anything"]
+)
+def test_a_system_schema_is_refused(schema: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="belongs to PostgreSQL"):
+        parse_postgresql_url(f"postgresql://h/db?schema={schema}")
+
+
+@pytest.mark.parametrize(
     "query",
     [
         "pool_max_size=0",

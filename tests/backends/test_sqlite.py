@@ -35,6 +35,8 @@ from convostore import (
     SessionFilter,
     SessionOrder,
     Store,
+    StoreClosedError,
+    StoreError,
     ToolCall,
     User,
 )
@@ -44,7 +46,7 @@ from convostore.backends.sqlite import backend as sqlite_backend_module
 from convostore.backends.sqlite import search as sqlite_search
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import in_read_snapshot, open_connection
-from convostore.backends.sqlite.schema import prepare_database
+from convostore.backends.sqlite.schema import MIGRATIONS, prepare_database
 from convostore.backends.sqlite.search import VectorCache
 from convostore.backends.sqlite.worker import ConnectionWorker
 from convostore.embedding import HashingEmbedder, Metric
@@ -143,6 +145,9 @@ def test_urls_name_a_path_and_options(url: str, expected: SQLiteTarget) -> None:
         "sqlite:///x.db?journal_mode=delete",
         "sqlite:///x.db?synchronous=full&synchronous=normal",
         "sqlite:///x.db?synchronous",
+        "sqlite:///x\x00y.db",
+        "x\x00y.db",
+        "sqlite:///\ud800.db",
     ],
 )
 def test_bad_urls_are_refused(url: str) -> None:
@@ -208,6 +213,35 @@ async def test_migrations_are_recorded(store: Store, db_path: Path) -> None:
     assert [version for version, _ in rows] == list(range(1, SCHEMA_VERSION + 1))
     now_us = datetime.now(UTC).timestamp() * 1_000_000
     assert all(now_us - 60_000_000 < applied_at <= now_us for _, applied_at in rows)
+
+
+async def test_the_text_index_migrates_to_the_words_every_backend_matches(
+    db_path: Path,
+) -> None:
+    store = await convostore.connect(db_url(db_path))
+    session = await store.create_session(ADA)
+    message = await store.add_message(session.id, MessageWrite(Role.USER, "Die Straße, ﬁnal"))
+    await store.close()
+    # Back to schema version 3, whose index held the content as the unicode61 tokenizer
+    # splits it: "straße" and "ﬁnal" as written.
+    connection = sqlite3.connect(db_path)
+    with connection:
+        connection.execute("DROP TRIGGER events_fts_insert")
+        connection.execute("DROP TRIGGER events_fts_delete")
+        connection.execute("DROP TABLE events_fts")
+        for statement in MIGRATIONS[1][:4]:
+            connection.execute(statement)
+        connection.execute("DELETE FROM convostore_schema WHERE version > 3")
+    connection.close()
+    reopened = await convostore.connect(db_url(db_path))
+    try:
+        for query in ("strasse", "straße", "final"):
+            hits = await reopened.search(query, mode="text")
+            assert [hit.message.id for hit in hits] == [message.id], query
+        await reopened.delete_session(session.id)
+        assert await reopened.search("strasse", mode="text") == []
+    finally:
+        await reopened.close()
 
 
 async def test_reopening_keeps_data_and_applies_nothing_twice(db_path: Path) -> None:
@@ -469,7 +503,7 @@ async def test_close_ends_the_threads_and_refuses_calls(db_path: Path) -> None:
     await store.close()
     await store.close()
     assert not any(thread.is_alive() for thread in started)
-    with pytest.raises(BackendUnavailableError, match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await store.get_session("x")
     # Closing checkpoints the WAL into the database file.
     assert not db_path.with_name(db_path.name + "-wal").is_file()
@@ -499,6 +533,26 @@ async def test_a_read_only_database_is_unavailable(db_path: Path) -> None:
         assert isinstance(raised.value.__cause__, sqlite3.Error)
     finally:
         set_modes(db_path, file_mode=0o644, directory_mode=0o755)
+
+
+async def test_a_statement_the_schema_cannot_run_is_a_bug_not_unavailable(
+    db_path: Path,
+) -> None:
+    # A missing table (as a broken migration leaves) is a plain StoreError: a test net
+    # that skips on BackendUnavailableError must never take it for a missing server.
+    store = await convostore.connect(db_url(db_path))
+    try:
+        session = await store.create_session(ADA)
+        raw = sqlite3.connect(db_path)
+        raw.execute("DROP TABLE participants")
+        raw.commit()
+        raw.close()
+        with pytest.raises(StoreError, match="no such table") as raised:
+            await store.participants(session.id)
+        assert not isinstance(raised.value, BackendUnavailableError)
+        assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+    finally:
+        await store.close()
 
 
 async def test_a_locked_database_is_unavailable_and_nothing_leaks(db_path: Path) -> None:
@@ -696,12 +750,16 @@ def test_every_assembled_statement_walks_an_index(db_path: Path) -> None:
                 assert "INDEX events_by_seq (session_id=?" in steps[0], (shape, steps)
                 if shape == "window":  # its probe for a turn start
                     assert any("INDEX events_turn_starts (session_id=?" in s for s in steps)
-        for options in itertools.product((False, True), SessionOrder, *[(False, True)] * 3):
-            steps = plan(sql.listing_sql(*options))
+        flags = (False, True)
+        for summaries, order, parts, by_kind, paged in itertools.product(
+            flags, list(SessionOrder), flags, flags, flags
+        ):
+            options = (summaries, order, parts, by_kind, paged)
+            steps = plan(sql.STATEMENTS.listing(summaries, order, parts, by_kind, paged))
             assert full_scans(steps) == [], (options, steps)
             assert "(owner_id=?" in steps[0]
         for include_parts, by_kind in itertools.product((False, True), repeat=2):
-            steps = plan(sql.count_sql(include_parts, by_kind))
+            steps = plan(sql.STATEMENTS.count(include_parts, by_kind))
             assert steps[0].startswith("SEARCH owner_session_counts USING PRIMARY KEY")
     finally:
         connection.close()

@@ -362,8 +362,6 @@ async def test_reembed_runs_as_a_job_with_progress(api: Api) -> None:
 
 
 async def test_an_unavailable_backend_is_503(api: Api) -> None:
-    if not api.store.capabilities.persistent:
-        pytest.skip("a memory store keeps answering after it is closed")
     sid = (await _session(api.ada))["id"]
     await api.store.close()
     _problem(await api.ada.get(f"/v1/sessions/{sid}"), 503)

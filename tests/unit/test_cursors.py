@@ -21,7 +21,7 @@ KEYSETS = [
     Keyset(SessionOrder.LAST_ACTIVITY, "s-1", 1_704_164_645_123_456),
     Keyset(SessionOrder.LAST_ACTIVITY, "s-2", 0),
     Keyset(SessionOrder.LAST_ACTIVITY, "s-3", -1),
-    Keyset(SessionOrder.LAST_ACTIVITY, "s-4", 2**62),
+    Keyset(SessionOrder.LAST_ACTIVITY, "s-4", 253_402_300_799_999_999),
 ]
 
 

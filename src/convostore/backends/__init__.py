@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from convostore._urls import redacted
 from convostore.backends.interface import Backend, Capabilities
 from convostore.backends.registry import backend_for
 from convostore.embedding import Embedder, VectorIndexSpec
@@ -41,7 +42,9 @@ async def open_store(
     except BaseException:
         await backend.close()
         raise
-    return Store(backend, connected, embedder=chosen)
+    store = Store(backend, connected, embedder=chosen)
+    store.url = redacted(url)
+    return store
 
 
 async def pending_migrations(url: str, **options: Any) -> list[str]:

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Self
@@ -225,6 +225,13 @@ class Backend(abc.ABC):
     async def stats(self) -> DatabaseStats:
         """Counts over the whole database, every owner's sessions included, in one
         consistent read (see `DatabaseStats`)."""
+
+    def release_when_dropped(self) -> Callable[[], None] | None:
+        """What releases this backend's threads and connections, without an event loop,
+        if its store is collected without `close` (the store then warns with a
+        `ResourceWarning`); it must not refer to the store. None when nothing would
+        outlive the store."""
+        return None
 
     # ---------------------------------------------------------------- users
 

@@ -18,7 +18,14 @@ from importlib.metadata import entry_points
 from convostore.backends.interface import Backend
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 
-__all__ = ["BUILTIN", "ENTRY_POINT_GROUP", "backend_for", "register_backend", "scheme_of"]
+__all__ = [
+    "BUILTIN",
+    "ENTRY_POINT_GROUP",
+    "backend_for",
+    "register_backend",
+    "require_driver",
+    "scheme_of",
+]
 
 ENTRY_POINT_GROUP = "convostore.backends"
 
@@ -45,6 +52,18 @@ def scheme_of(url: str) -> str:
         raise InvalidArgumentError("a store URL must be a non-blank string")
     scheme, separator, _ = url.partition("://")
     return scheme.lower() if separator else "sqlite"
+
+
+def require_driver(backend: str, extra: str, *modules: str) -> None:
+    """Import ``modules`` (a backend's driver) now, or raise `BackendUnavailableError`
+    naming the extra that installs them."""
+    try:
+        for module in modules:
+            importlib.import_module(module)
+    except ImportError as missing:
+        raise BackendUnavailableError(
+            f"the {backend} backend needs {', '.join(modules)}: pip install 'convostore[{extra}]'"
+        ) from missing
 
 
 def register_backend(scheme: str, backend: type[Backend]) -> None:

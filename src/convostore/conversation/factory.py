@@ -25,7 +25,12 @@ from convostore.conversation.stored import (
 )
 from convostore.conversation.titles import TitleGenerator
 from convostore.embedding import EmbeddingFailed
-from convostore.errors import InvalidArgumentError, SessionNotFoundError, StoreError
+from convostore.errors import (
+    InvalidArgumentError,
+    SessionNotFoundError,
+    StoreClosedError,
+    StoreError,
+)
 from convostore.ids import new_id
 from convostore.model import Message, Session, UserRef
 from convostore.store import Store
@@ -202,7 +207,7 @@ class BaseConversationFactory(Generic[C]):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this conversation factory is closed")
+            raise StoreClosedError("this conversation factory is closed")
 
     # ---------------------------------------------------------------- events
 

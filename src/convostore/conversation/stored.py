@@ -26,7 +26,7 @@ from convostore.conversation.messages import (
 )
 from convostore.conversation.queue import Entry, State, WriteQueue
 from convostore.conversation.titles import TitleGenerator, interim_title
-from convostore.errors import InvalidArgumentError, StoreError
+from convostore.errors import InvalidArgumentError, StoreClosedError, StoreError
 from convostore.ids import new_id
 from convostore.model import (
     Asset,
@@ -297,7 +297,7 @@ class StoredConversation:
 
     def _accept(self, entry: Entry) -> str:
         if self.closed:
-            raise RuntimeError(f"conversation {self.session_id} is closed")
+            raise StoreClosedError(f"conversation {self.session_id} is closed")
         self._entries.append(entry)
         message = entry.message
         # Queue the write before publishing, so a listener that adds a reply queues it after.
@@ -421,7 +421,7 @@ class StoredConversation:
         """Queue every failed message again, in order, with its id (so a write that did
         land is not duplicated), and wait; returns the ids that failed again."""
         if self.closed:
-            raise RuntimeError(f"conversation {self.session_id} is closed")
+            raise StoreClosedError(f"conversation {self.session_id} is closed")
         retried = [entry for entry in self._entries if entry.state is State.FAILED]
         for entry in retried:
             entry.state, entry.error = State.PENDING, None

@@ -20,6 +20,7 @@ from convostore.errors import (
     InvalidArgumentError,
     NotFoundError,
     StaleObjectError,
+    StoreClosedError,
     StoreError,
 )
 from convostore.keys import KeyRing
@@ -76,7 +77,8 @@ def status_of(error: StoreError) -> int:
         return 412
     if isinstance(error, ConflictError):
         return 409
-    if isinstance(error, BackendUnavailableError):
+    # A closed store takes no more work: the service is gone, as an unreachable one is.
+    if isinstance(error, BackendUnavailableError | StoreClosedError):
         return 503
     if isinstance(error, InvalidArgumentError | ValueError):
         return 422

@@ -16,8 +16,9 @@ database for one test), the divergences it knows of, and hands both to `backend_
 
 A backend is unavailable (its driver or server is missing) only as its URL function
 decides, before any store connects: the URL function returns `Unavailable`. Such a backend
-is skipped on a laptop and fails the run under ``CI=true``. An error raised while
-connecting or operating is a failure, never a skip.
+is skipped on a laptop and fails the run under ``CI=true``; a backend named in
+``CONVOSTORE_SKIP_BACKENDS`` is skipped by request. An error raised while connecting or
+operating is a failure, never a skip.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "in_ci",
     "indexed_store",
     "mark_divergences",
+    "skipped_backends",
     "store",
 ]
 
@@ -91,6 +93,17 @@ def in_ci() -> bool:
     return os.environ.get("CI") == "true"
 
 
+SKIP_VARIABLE = "CONVOSTORE_SKIP_BACKENDS"
+
+
+def skipped_backends() -> frozenset[str]:
+    """The backends a laptop without their server opts out of, by name, in
+    ``CONVOSTORE_SKIP_BACKENDS`` (comma-separated): skipped even under ``CI=true``,
+    because someone asked, and said so in each skip's reason."""
+    names = os.environ.get(SKIP_VARIABLE, "")
+    return frozenset(name.strip() for name in names.split(",") if name.strip())
+
+
 def backend_missing(name: str, reason: str) -> NoReturn:
     """Skip on a laptop; under CI a backend that cannot run is a failure."""
     message = f"backend {name!r} unavailable: {reason}"
@@ -125,10 +138,15 @@ def backend_fixture(
     if unknown:
         raise ValueError(f"divergences name unknown backends: {unknown}")
     names = list(backends)
+    opted_out = skipped_backends()
+    if opted_out - set(names):
+        raise ValueError(f"{SKIP_VARIABLE} names unknown backends: {sorted(opted_out)}")
 
     @pytest.fixture(params=names, ids=names)
     def backend(request: pytest.FixtureRequest, tmp_path: Path) -> BackendUnderTest:
         name: str = request.param
+        if name in opted_out:
+            pytest.skip(f"backend {name!r} skipped: {SKIP_VARIABLE} names it")
         entry = backends[name]
         if isinstance(entry, OnServer):
             server = request.getfixturevalue(entry.server)

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from convostore import _json
 from convostore._time import from_micros, to_micros
-from convostore.backends._rows import RowReader
+from convostore.backends.sql.rows import RowReader
 from convostore.embedding import text_tokens
 from convostore.errors import InvalidArgumentError
 from convostore.filters import is_turn_start

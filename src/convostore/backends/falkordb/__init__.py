@@ -10,19 +10,13 @@ The client is the ``falkordb`` extra; without it, importing this package raises
 `BackendUnavailableError` naming the extra.
 """
 
-from convostore.errors import BackendUnavailableError
+from convostore.backends.registry import require_driver
 
-try:
-    import falkordb  # noqa: F401
-    import redis  # noqa: F401
-except ImportError as missing:
-    raise BackendUnavailableError(
-        "the FalkorDB backend needs the falkordb client: pip install 'convostore[falkordb]'"
-    ) from missing
+require_driver("FalkorDB", "falkordb", "falkordb", "redis")
 
-from convostore.backends.falkordb.schema import MIGRATIONS, SCHEMA_VERSION
-from convostore.backends.falkordb.store import FalkorDBBackend
-from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
+from convostore.backends.falkordb.schema import MIGRATIONS, SCHEMA_VERSION  # noqa: E402
+from convostore.backends.falkordb.store import FalkorDBBackend  # noqa: E402
+from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url  # noqa: E402
 
 __all__ = [
     "MIGRATIONS",

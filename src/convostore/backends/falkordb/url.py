@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from typing import Final
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
+from convostore.backends.urls import query_options, seconds, whole_number
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_GRAPH", "DEFAULT_PORT", "SCHEMES", "FalkorDBTarget", "parse_falkordb_url"]
@@ -78,24 +79,17 @@ def parse_falkordb_url(url: str) -> FalkorDBTarget:
         password=unquote(parts.password) if parts.password is not None else None,
         tls=scheme == "falkordbs",
     )
-    try:
-        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as error:
-        raise InvalidArgumentError(f"malformed query in the FalkorDB URL: {error}") from None
-    seen: set[str] = set()
+    query = query_options(parts.query, "the FalkorDB URL")
     ssl: dict[str, str] = {}
     for name, value in query:
-        if name in seen:
-            raise InvalidArgumentError(f"option {name!r} given twice in the FalkorDB URL")
-        seen.add(name)
         if name == "pool_max_size":
-            target = replace(target, pool_max_size=_whole(name, value, 1, 1000))
+            target = replace(target, pool_max_size=whole_number(name, value, 1, 1000))
         elif name == "pool_timeout":
-            target = replace(target, pool_timeout=_seconds(name, value))
+            target = replace(target, pool_timeout=seconds(name, value))
         elif name == "connect_timeout":
-            target = replace(target, connect_timeout=_seconds(name, value))
+            target = replace(target, connect_timeout=seconds(name, value))
         elif name == "socket_timeout":
-            target = replace(target, socket_timeout=_seconds(name, value))
+            target = replace(target, socket_timeout=seconds(name, value))
         elif name in _SSL_OPTIONS or name == "ssl_cert_reqs":
             if not target.tls:
                 raise InvalidArgumentError(f"{name} needs a falkordbs:// (TLS) URL")
@@ -105,21 +99,3 @@ def parse_falkordb_url(url: str) -> FalkorDBTarget:
         else:
             raise InvalidArgumentError(f"unknown option {name!r} in the FalkorDB URL")
     return replace(target, ssl=ssl)
-
-
-def _whole(name: str, value: str, lowest: int, highest: int) -> int:
-    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= highest:
-        raise InvalidArgumentError(
-            f"{name} must be a whole number from {lowest} to {highest}, not {value!r}"
-        )
-    return int(value)
-
-
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= 3600:
-        raise InvalidArgumentError(f"{name} must be a number of seconds up to 3600, not {value!r}")
-    return seconds

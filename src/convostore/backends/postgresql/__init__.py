@@ -17,20 +17,13 @@ The driver is the ``postgresql`` extra; without it, importing this package raise
 `BackendUnavailableError` naming the extra.
 """
 
-from convostore.errors import BackendUnavailableError
+from convostore.backends.registry import require_driver
 
-try:
-    import psycopg  # noqa: F401
-    import psycopg_pool  # noqa: F401
-except ImportError as missing:
-    raise BackendUnavailableError(
-        "the PostgreSQL backend needs psycopg 3 and psycopg-pool: "
-        "pip install 'convostore[postgresql]'"
-    ) from missing
+require_driver("PostgreSQL", "postgresql", "psycopg", "psycopg_pool")
 
-from convostore.backends.postgresql.backend import PostgreSQLBackend
-from convostore.backends.postgresql.schema import MIGRATIONS, SCHEMA_VERSION
-from convostore.backends.postgresql.url import (
+from convostore.backends.postgresql.backend import PostgreSQLBackend  # noqa: E402
+from convostore.backends.postgresql.schema import MIGRATIONS, SCHEMA_VERSION  # noqa: E402
+from convostore.backends.postgresql.url import (  # noqa: E402
     PostgreSQLTarget,
     parse_postgresql_url,
 )

@@ -7,18 +7,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from convostore._time import from_micros
 from convostore.backends.interface import (
-    Backend,
     Capabilities,
     DatabaseStats,
-    SessionPage,
     TextQuery,
     VectorQuery,
 )
@@ -41,10 +37,8 @@ from convostore.backends.postgresql.operations import (
     put_user,
     read_events,
     row_count,
-    set_title,
     update_session,
 )
-from convostore.backends.postgresql.rows import session_from_row, summary_from_row, user_from_row
 from convostore.backends.postgresql.schema import (
     ADVISORY_LOCK_CLASS,
     TAKE_SCHEMA_LOCK,
@@ -56,6 +50,7 @@ from convostore.backends.postgresql.schema import (
     search_path,
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
+from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
@@ -64,8 +59,6 @@ from convostore.model import (
     Role,
     SearchHit,
     Session,
-    SessionFilter,
-    SessionSummary,
     User,
 )
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
@@ -80,13 +73,15 @@ P = ParamSpec("P")
 _ITERATIVE_SCAN_SINCE = (0, 8)
 
 
-class PostgreSQLBackend(Backend):
+class PostgreSQLBackend(SQLBackend):
     """A PostgreSQL database (14 or newer), in one schema of it.
 
     Each primitive takes one connection from a `psycopg_pool.AsyncConnectionPool` and
     runs as one statement (or one transaction). `open` migrates the schema and installs
     pgvector where the role may.
     """
+
+    statements = sql.STATEMENTS
 
     def __init__(self, target: PostgreSQLTarget) -> None:
         self.target = target
@@ -180,6 +175,17 @@ class PostgreSQLBackend(Backend):
                 self._check_pool()
             raise translate_error(error, self._where) from error
 
+    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
+        # Binary results: times and vectors arrive exact, with no text to parse.
+        return await self._run(fetch_all, statement, parameters, binary=True)
+
+    async def _changed(self, statement: str, parameters: Parameters) -> int:
+        return await self._run(row_count, statement, parameters)
+
+    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        row: Sequence[Any] | None = await self._run(fetch_one, statement, parameters, binary=True)
+        return row
+
     async def _run(
         self,
         fn: Callable[Concatenate[Connection, P], Awaitable[T]],
@@ -202,10 +208,6 @@ class PostgreSQLBackend(Backend):
     async def put_user(self, user: User) -> None:
         await self._run(put_user, user)
 
-    async def get_user(self, user_id: str) -> User | None:
-        row = await self._run(fetch_one, sql.SELECT_USER, (user_id,))
-        return None if row is None else user_from_row(row)
-
     async def stats(self) -> DatabaseStats:
         row = await self._run(fetch_one, sql.DATABASE_STATS, ())
         assert row is not None
@@ -220,49 +222,8 @@ class PostgreSQLBackend(Backend):
     async def find_or_insert_part(self, new: NewSession) -> Session:
         return await self._run(find_or_insert_part, new)
 
-    async def get_session(self, session_id: str) -> Session | None:
-        row = await self._fetch_one_binary(sql.SELECT_SESSION, (session_id,))
-        return None if row is None else session_from_row(row)
-
     async def update_session(self, changes: SessionChanges) -> Session:
         return await self._run(update_session, changes)
-
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
-        return await self._run(set_title, session_id, title, stamp)
-
-    async def delete_session(self, session_id: str) -> bool:
-        return await self._run(row_count, sql.DELETE_SESSION, (session_id,)) > 0
-
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
-        statement, parameters = _listing(False, page)
-        rows = await self._fetch_all_binary(statement, parameters)
-        return [session_from_row(row) for row in rows]
-
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
-        statement, parameters = _listing(True, page)
-        rows = await self._fetch_all_binary(statement, parameters)
-        return [summary_from_row(row) for row in rows]
-
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
-        statement = sql.count_sql(filter.include_parts, filter.kind is not None)
-        row = await self._run(fetch_one, statement, {"owner_id": owner_id, "kind": filter.kind})
-        return int(row[0])
-
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
-        row = await self._fetch_one_binary(sql.FIND_PART, (part_of, held_with))
-        return None if row is None else session_from_row(row)
-
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
-        rows = await self._fetch_all_binary(sql.LIST_PARTS, (part_of,))
-        return [summary_from_row(row) for row in rows]
-
-    async def participants(self, session_id: str) -> list[User]:
-        rows = await self._run(fetch_all, sql.PARTICIPANTS, (session_id,))
-        return [user for row in rows if (user := user_from_row(row)) is not None]
-
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
-        rows = await self._fetch_all_binary(sql.SESSIONS_BY_METADATA, (name, value))
-        return [session_from_row(row) for row in rows]
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         return await self._run(add_indexed_keys, keys, self._schema_lock)
@@ -270,26 +231,13 @@ class PostgreSQLBackend(Backend):
     async def remove_indexed_key(self, key: str) -> bool:
         return await self._run(remove_indexed_key, key)
 
-    async def delete_expired(self, before: datetime) -> int:
-        return await self._run(row_count, sql.DELETE_EXPIRED, {"before": before})
-
     # ---------------------------------------------------------------- the log
 
     async def append(self, append_: PreparedAppend) -> AppendOutcome:
         return await self._run(append, append_)
 
-    async def version(self, session_id: str) -> int:
-        row = await self._run(fetch_one, sql.SESSION_VERSION, (session_id,))
-        return 0 if row is None else int(row[0])
-
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         return await self._run(read_events, session_id, event_filter, self.facts.text_collation)
-
-    async def set_narration(
-        self, session_id: str, message_id: str, text: str | None, stamp: str
-    ) -> bool:
-        parameters = (text, stamp, message_id, session_id)
-        return await self._run(row_count, sql.SET_NARRATION, parameters) > 0
 
     # ---------------------------------------------------------------- vectors and text
 
@@ -357,39 +305,3 @@ class PostgreSQLBackend(Backend):
         return await self._run(search.text_search, query.terms, query.k, scope)
 
     # ---------------------------------------------------------------- helpers
-
-    async def _fetch_one_binary(self, statement: str, parameters: Any) -> Any:
-        return await self._run(_fetch_one_binary, statement, parameters)
-
-    async def _fetch_all_binary(self, statement: str, parameters: Any) -> list[Any]:
-        return await self._run(_fetch_all_binary, statement, parameters)
-
-
-async def _fetch_one_binary(connection: Connection, statement: str, parameters: Any) -> Any:
-    # Binary results: times and vectors arrive exact, with no text to parse.
-    return await fetch_one(connection, statement, parameters, binary=True)
-
-
-async def _fetch_all_binary(connection: Connection, statement: str, parameters: Any) -> list[Any]:
-    return await fetch_all(connection, statement, parameters, binary=True)
-
-
-def _listing(
-    summaries: bool,
-    page: SessionPage,
-) -> tuple[str, dict[str, Any]]:
-    order, after, filter = page.order, page.after, page.filter
-    statement = sql.listing_sql(
-        summaries, order, filter.include_parts, filter.kind is not None, after is not None
-    )
-    after_at = None
-    if after is not None and after.last_activity_us is not None:
-        after_at = from_micros(after.last_activity_us)
-    parameters = {
-        "owner_id": page.owner_id,
-        "kind": filter.kind,
-        "after_id": None if after is None else after.session_id,
-        "after_at": after_at,
-        "limit": page.limit,
-    }
-    return statement, parameters

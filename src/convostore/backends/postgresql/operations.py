@@ -1,8 +1,8 @@
 """What each store operation does on one connection: plain async functions.
 
-Each is all of one primitive of `convostore.store.Store`: one statement where it can be
-(its own transaction, one round trip), else one transaction. A statement that changed
-nothing is followed, on that rare path only, by one that finds out why.
+Each is all of one primitive of `convostore.backends.interface.Backend`: one statement
+where it can be (its own transaction, one round trip), else one transaction. A statement
+that changed nothing is followed, on that rare path only, by one that finds out why.
 """
 
 from __future__ import annotations
@@ -21,19 +21,22 @@ from convostore.backends.postgresql.rows import (
     user_values,
     users_json,
 )
-from convostore.errors import (
-    EventIdConflictError,
-    InvalidArgumentError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StaleObjectError,
-    StoreError,
-    UnknownUserError,
+from convostore.backends.sql.decisions import (
+    bounded,
+    check_parent,
+    event_conditions,
+    lineage,
+    missing_session,
+    refuse_existing,
+    replay_or_conflict,
+    stale_or_missing,
+    unconfirmed_users,
+    unknown_users,
 )
+from convostore.errors import StoreError
 from convostore.filters import (
     EventFilter,
     apply_filter,
-    branch_lineage,
     compaction_parts,
     compose_view,
 )
@@ -55,12 +58,9 @@ __all__ = [
     "put_user",
     "read_events",
     "row_count",
-    "set_title",
     "update_session",
 ]
 
-# PostgreSQL integers are signed 64-bit; a window bound beyond that bounds nothing.
-_MAX_INTEGER: Final = 2**63 - 1
 # An append that changed nothing although nothing was wrong when it was looked into (a
 # session or user that appeared in between) is tried again, this many times at most.
 _APPEND_ATTEMPTS: Final = 3
@@ -93,18 +93,6 @@ async def row_count(connection: Connection, statement: str, parameters: Any) -> 
 
 
 # ---------------------------------------------------------------------------- users
-
-
-def _unconfirmed_users(users: tuple[User, ...], required: tuple[str, ...]) -> list[str]:
-    """The required ids not given as a `User` in the same call: those must be stored."""
-    if not required:
-        return []
-    given = {user.id for user in users}
-    return [user_id for user_id in required if user_id not in given]
-
-
-def _unknown_users(missing: list[str]) -> UnknownUserError:
-    return UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
 
 
 async def put_user(connection: Connection, user: User) -> None:
@@ -140,7 +128,7 @@ async def insert_session(
             "expires_at": session.expires_at,
             "metadata": new.metadata_json,
             "stamp": session.stamp,
-            "required_users": _unconfirmed_users(new.users_to_insert, new.required_user_ids),
+            "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
             "users": users_json(new.users_to_insert),
             **_entries(new.indexed_metadata),
         },
@@ -151,17 +139,11 @@ async def insert_session(
     # The checks in the order the contract gives them. Passing all of them here means
     # the id was taken by a session inserted at the same moment.
     if not existed and missing:
-        raise _unknown_users(missing)
-    if not existed and session.part_of is not None:
-        if not parent_found:
-            raise SessionNotFoundError(f"part_of names no session: {session.part_of!r}")
-        if parent_part_of is not None:
-            raise InvalidArgumentError("part_of must name a top-level session")
-        if parent_owner != session.owner_id:
-            raise InvalidArgumentError("part_of must name a session with the same owner")
-    if if_absent:
-        return None
-    raise SessionExistsError(f"session {session.id!r} already exists")
+        raise unknown_users(missing)
+    if not existed:
+        check_parent(session, (parent_owner, parent_part_of) if parent_found else None)
+    refuse_existing(session, if_absent)
+    return None
 
 
 async def find_or_insert_part(connection: Connection, new: NewSession) -> Session:
@@ -173,7 +155,9 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
         # is granted, though BEGIN, the lock and the look travel in one round trip.
         locked = await connection.execute(sql.LOCK_PARENT, (session.part_of,))
         found = await connection.execute(
-            sql.FIND_PART, (session.part_of, session.held_with), binary=True
+            sql.STATEMENTS.find_part,
+            {"part_of": session.part_of, "held_with": session.held_with},
+            binary=True,
         )
         new = owned_by_parent(new, await locked.fetchone())
         row = await found.fetchone()
@@ -201,19 +185,10 @@ async def update_session(connection: Connection, changes: SessionChanges) -> Ses
     )
     if row is not None:
         return session_from_row(row)
-    (exists,) = await fetch_one(connection, sql.SESSION_EXISTS, (changes.session_id,))
-    if not exists:
-        raise SessionNotFoundError(f"no session {changes.session_id!r}")
-    raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
-
-
-async def set_title(
-    connection: Connection, session_id: str, title: str | None, stamp: str
-) -> Session:
-    row = await fetch_one(connection, sql.SET_TITLE, (title, stamp, session_id), binary=True)
-    if row is None:
-        raise SessionNotFoundError(f"no session {session_id!r}")
-    return session_from_row(row)
+    (count,) = await fetch_one(
+        connection, sql.STATEMENTS.session_exists, {"id": changes.session_id}
+    )
+    raise stale_or_missing(changes.session_id, count > 0)
 
 
 # ---------------------------------------------------------------------------- the log
@@ -223,7 +198,7 @@ async def append(connection: Connection, prepared: PreparedAppend) -> AppendOutc
     """The checks in the order `Store._append` gives, in one statement in the common
     case; whatever it refuses leaves nothing written, since it is one statement."""
     events = prepared.events
-    required = _unconfirmed_users(prepared.users_to_insert, prepared.required_user_ids)
+    required = unconfirmed_users(prepared.users_to_insert, prepared.required_user_ids)
     parameters: dict[str, Any] = {
         "session_id": prepared.session_id,
         "count": len(events),
@@ -269,9 +244,9 @@ async def _refusal(
         {"session_id": prepared.session_id, "required_users": required},
     )
     if version is None:
-        raise SessionNotFoundError(f"no session {prepared.session_id!r}")
+        raise missing_session(prepared.session_id)
     if missing:
-        raise _unknown_users(missing)
+        raise unknown_users(missing)
     if prepared.expected_version is not None and version != prepared.expected_version:
         return AppendOutcome(applied=False)
     return None
@@ -280,33 +255,21 @@ async def _refusal(
 async def _stored_id_outcome(
     connection: Connection, prepared: PreparedAppend
 ) -> AppendOutcome | None:
-    """An event id is stored already. A single append retried in its own log answers
-    the stored event and writes nothing; any other clash is `EventIdConflictError`.
-    None when the stored event is gone by now."""
+    """An event id is stored already: a retried append or `EventIdConflictError` (see
+    `replay_or_conflict`). None when the stored event is gone by now."""
     ids = [p.event.id for p in prepared.events]
     rows = await fetch_all(connection, sql.EVENTS_WITH_IDS, (ids,), binary=True)
     if not rows:
         return None
-    stored = {event.id: event for event in map(event_from_row, rows)}
-    clash = next(stored[event_id] for event_id in ids if event_id in stored)
-    if prepared.expected_version is None and clash.session_id == prepared.session_id:
-        return AppendOutcome(applied=False, events=[clash])
-    where = "" if clash.session_id == prepared.session_id else " by another session"
-    raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
+    return replay_or_conflict(prepared, [event_from_row(row) for row in rows])
+
+
+_CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
 
 
 def _conditions(event_filter: EventFilter) -> tuple[bool, ...]:
     """Which of `statements.EVENT_CONDITIONS` the filter sets."""
-    return tuple(
-        event_filter.exclude_synthetic
-        if name == "exclude_synthetic"
-        else getattr(event_filter, name) is not None
-        for name, _ in sql.EVENT_CONDITIONS
-    )
-
-
-def _bounded(value: int | None) -> int | None:
-    return None if value is None else min(value, _MAX_INTEGER)
+    return event_conditions(_CONDITION_NAMES, event_filter)
 
 
 def _read_parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
@@ -314,13 +277,13 @@ def _read_parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
         "session_id": session_id,
         "types": None if f.types is None else list(f.types),
         "roles": None if f.roles is None else [str(role) for role in f.roles],
-        "lineage": None if f.branch is None else list(branch_lineage(f.branch)),
+        "lineage": lineage(f),
         "since": f.since,
         "until": f.until,
         "text": f.text,
-        "after_seq": _bounded(f.after_seq),
-        "limit": _bounded(f.limit),
-        "last": _bounded(f.last),
+        "after_seq": bounded(f.after_seq),
+        "limit": bounded(f.limit),
+        "last": bounded(f.last),
     }
 
 

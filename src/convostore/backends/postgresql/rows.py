@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from convostore.backends._rows import RowReader, user_values
+from convostore.backends.sql.rows import RowReader, user_values
 from convostore.embedding import text_tokens
 from convostore.model import Message, User
 from convostore.prepare import PreparedEvent
@@ -27,10 +27,12 @@ __all__ = [
     "vector_text",
 ]
 
-# tsvector limits: a lexeme of at most 2046 bytes, 256 positions each, 1 MiB of lexemes.
+# tsvector limits: a lexeme of at most 2046 bytes, 256 positions each, and less than
+# 1 MiB of lexemes and positions together (2 bytes a position, 2 more for their count).
 MAX_LEXEME_BYTES: Final = 2046
 MAX_POSITIONS: Final = 255
-MAX_LEXEMES_BYTES: Final = (1 << 20) - 1
+POSITION_BYTES: Final = 2
+MAX_TSVECTOR_BYTES: Final = (1 << 20) - 1
 
 
 def _utc(value: datetime) -> datetime:
@@ -51,7 +53,14 @@ def _lexeme(word: str) -> str:
 def search_terms(content: str) -> tuple[str | None, int | None]:
     """The tsvector text of a message's words (`text_tokens`, as every backend splits
     them), each with as many positions as it occurs (capped at PostgreSQL's 255), and
-    how many words there are. None for a message with no words."""
+    how many words there are. None for a message with no words.
+
+    A tsvector holds at most a mebibyte: each word's bytes, padding to an even size,
+    and two bytes per position plus two. A message whose words need more is indexed by
+    its words in order of first appearance until that is full; the words after them
+    (only in a message of several hundred thousand distinct words) are not found by
+    text search, though the message is stored whole. A word over 2,046 bytes is never
+    indexed."""
     tokens = text_tokens(content)
     if not tokens:
         return None, None
@@ -63,11 +72,12 @@ def search_terms(content: str) -> tuple[str | None, int | None]:
         # message of over a mebibyte of distinct words, the rest) is left unindexed.
         if size > MAX_LEXEME_BYTES:
             continue
-        total += size
-        if total > MAX_LEXEMES_BYTES:
+        positions = min(count, MAX_POSITIONS)
+        # At most one byte of padding, whatever order the server sorts the words in.
+        total += size + 1 + POSITION_BYTES * (positions + 1)
+        if total > MAX_TSVECTOR_BYTES:
             break
-        positions = ",".join(map(str, range(1, min(count, MAX_POSITIONS) + 1)))
-        entries.append(f"{_lexeme(word)}:{positions}")
+        entries.append(f"{_lexeme(word)}:{','.join(map(str, range(1, positions + 1)))}")
     if not entries:
         return None, None
     return " ".join(entries), len(tokens)
@@ -139,8 +149,8 @@ def _vector(value: Sequence[float] | None) -> tuple[float, ...] | None:
     return None if value is None else tuple(value)
 
 
-_READER = RowReader(time_of=_utc, vector_of=_vector)
-user_from_row = _READER.user
-session_from_row = _READER.session
-summary_from_row = _READER.summary
-event_from_row = _READER.event
+READER = RowReader(time_of=_utc, vector_of=_vector)
+user_from_row = READER.user
+session_from_row = READER.session
+summary_from_row = READER.summary
+event_from_row = READER.event

@@ -22,8 +22,10 @@ from typing import Any, Final
 from psycopg import AsyncConnection, sql
 from psycopg.errors import Error as DatabaseError
 
-from convostore import _json
 from convostore.backends.migrations import pending
+from convostore.backends.postgresql.statements import STATEMENTS
+from convostore.backends.sql.decisions import backfill
+from convostore.backends.sql.statements import SESSION_INDEXES
 from convostore.errors import SchemaVersionError
 
 __all__ = [
@@ -63,20 +65,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             message_count bigint NOT NULL DEFAULT 0,
             started_by text COLLATE "C"
         )""",
-        # Listings page by keyset on these, so page n reads what page 1 reads. Top-level
-        # listings (the default) have their own partial indexes.
-        "CREATE INDEX sessions_top_by_created ON sessions (owner_id, id) WHERE part_of IS NULL",
-        """CREATE INDEX sessions_top_by_activity
-            ON sessions (owner_id, last_activity_at, id) WHERE part_of IS NULL""",
-        """CREATE INDEX sessions_top_kind_by_created
-            ON sessions (owner_id, kind, id) WHERE part_of IS NULL""",
-        """CREATE INDEX sessions_top_kind_by_activity
-            ON sessions (owner_id, kind, last_activity_at, id) WHERE part_of IS NULL""",
-        "CREATE INDEX sessions_by_created ON sessions (owner_id, id)",
-        "CREATE INDEX sessions_by_activity ON sessions (owner_id, last_activity_at, id)",
-        # Also serves the cascade from a session to its parts.
-        "CREATE INDEX sessions_parts ON sessions (part_of, held_with, id)",
-        "CREATE INDEX sessions_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        *SESSION_INDEXES,
         """CREATE TABLE events (
             session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
             seq bigint NOT NULL,
@@ -138,6 +127,15 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             model text NOT NULL
         )""",
     ),
+    (
+        # A metadata value of any length: a btree entry holds at most about 2.7 kB, so
+        # the index holds each value's MD5 and a lookup compares the whole value after
+        # it. One value per key and session, so an update that replaces a value never
+        # meets its old value's hash.
+        "ALTER TABLE session_metadata DROP CONSTRAINT session_metadata_pkey",
+        """CREATE UNIQUE INDEX session_metadata_by_value
+            ON session_metadata (name, md5(value), session_id)""",
+    ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
@@ -171,10 +169,6 @@ CREATE_SCHEMA_TABLE: Final = """CREATE TABLE convostore_schema (
 RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version) VALUES (%s)"
 SET_LOCAL_SEARCH_PATH: Final = "SELECT set_config('search_path', %s, true)"
 
-SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
-INSERT_INDEXED_KEY: Final = "INSERT INTO indexed_metadata_keys (name) VALUES (%s)"
-DELETE_INDEXED_KEY: Final = "DELETE FROM indexed_metadata_keys WHERE name = %s"
-DELETE_KEY_ENTRIES: Final = "DELETE FROM session_metadata WHERE name = %s"
 SESSIONS_WITH_KEY: Final = "SELECT id, metadata FROM sessions WHERE (metadata -> %s) IS NOT NULL"
 INSERT_KEY_ENTRIES: Final = """INSERT INTO session_metadata (name, value, session_id)
     SELECT %s, entry.value, entry.session_id
@@ -313,28 +307,29 @@ async def add_indexed_keys(
     """Record and backfill each key of ``keys`` not yet indexed, in one transaction under
     the schema's advisory lock (``lock``); return every indexed key."""
     async with connection.transaction():
-        cursor = await connection.execute(SELECT_INDEXED_KEYS)
-        indexed = {str(row[0]) for row in await cursor.fetchall()}
+        indexed = await _indexed_keys(connection)
         if keys <= indexed:
             return frozenset(indexed)
         await connection.execute(*lock)
-        cursor = await connection.execute(SELECT_INDEXED_KEYS)
-        indexed = {str(row[0]) for row in await cursor.fetchall()}
+        indexed = await _indexed_keys(connection)
         for name in sorted(keys - indexed):
-            await connection.execute(INSERT_INDEXED_KEY, (name,))
+            await connection.execute(STATEMENTS.insert_indexed_key, {"name": name})
             rows = await (await connection.execute(SESSIONS_WITH_KEY, (name,))).fetchall()
-            # The value is rendered by the function every write uses, so a backfilled
-            # entry compares exactly as a written one does.
-            values = [_json.index_value(_json.loads(metadata)[name]) for _, metadata in rows]
+            entries = backfill(name, rows)
             await connection.execute(
-                INSERT_KEY_ENTRIES, (name, values, [session_id for session_id, _ in rows])
+                INSERT_KEY_ENTRIES, (name, [v for v, _ in entries], [i for _, i in entries])
             )
         return frozenset(indexed | keys)
+
+
+async def _indexed_keys(connection: AsyncConnection[Any]) -> set[str]:
+    cursor = await connection.execute(STATEMENTS.select_indexed_keys)
+    return {str(row[0]) for row in await cursor.fetchall()}
 
 
 async def remove_indexed_key(connection: AsyncConnection[Any], key: str) -> bool:
     """Forget ``key`` and its entries, in one transaction."""
     async with connection.transaction():
-        await connection.execute(DELETE_KEY_ENTRIES, (key,))
-        cursor = await connection.execute(DELETE_INDEXED_KEY, (key,))
+        await connection.execute(STATEMENTS.delete_key_entries, {"name": key})
+        cursor = await connection.execute(STATEMENTS.delete_indexed_key, {"name": key})
         return cursor.rowcount > 0

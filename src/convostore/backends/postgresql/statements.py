@@ -1,4 +1,5 @@
-"""Every statement the store runs, as named constants with bound parameters.
+"""PostgreSQL's dialect (`DIALECT`, and `STATEMENTS`: the shared statements in it), and
+the statements only PostgreSQL runs, as named constants with bound parameters.
 
 Table names are unqualified: each connection's search_path names the store's schema
 (see `connection.configure_connection`). Column lists are joined from the constant names
@@ -20,20 +21,17 @@ from typing import Final, Literal
 
 from psycopg import sql
 
-from convostore.model import SessionOrder
+from convostore.backends.postgresql.rows import READER
+from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.statements import (
+    EVENT_FIELDS,
+    SESSION_FIELDS,
+    USER_FIELDS,
+    Statements,
+    columns,
+)
 
 # fmt: off
-USER_FIELDS: Final = ("id", "display_name", "username", "email", "kind", "metadata")
-SESSION_FIELDS: Final = (
-    "id", "owner_id", "title", "kind", "part_of", "held_with", "created_at",
-    "last_activity_at", "expires_at", "metadata", "version", "stamp",
-)
-EVENT_FIELDS: Final = (
-    "session_id", "seq", "id", "type", "created_at", "branch", "metadata", "payload",
-    "synthetic", "role", "content", "author_id", "recipient_ids", "in_reply_to",
-    "tool_calls", "tool_call_id", "attachments", "data", "assets", "narration",
-    "embedding", "embedding_model", "stamp",
-)
 # An appended event's columns after (session_id, seq), each with the type it has in the
 # JSON document of an append (`rows.events_json`) and how it is cast to the column's type.
 APPENDED_FIELDS: Final = (
@@ -51,20 +49,24 @@ APPENDED_FIELDS: Final = (
 # fmt: on
 
 
-def columns(fields: tuple[str, ...], alias: str = "") -> str:
-    return ", ".join(alias + name for name in fields)
+def _param(name: str, sql_type: str | None) -> str:
+    return f"%({name})s" + ("" if sql_type is None else "::" + sql_type)
 
+
+DIALECT: Final = Dialect(
+    name="postgresql",
+    param=_param,
+    time_param=lambda when: when,
+    rows=READER,
+    # The metadata index holds values of any length by their MD5 (a btree row has a
+    # size limit): the digest finds the rows, the values are then compared whole.
+    value_equals=lambda column, marker: f"md5({column}) = md5({marker}) AND {column} = {marker}",
+)
+STATEMENTS: Final = Statements(DIALECT)
 
 USER_COLUMNS: Final = columns(USER_FIELDS)
 SESSION_COLUMNS: Final = columns(SESSION_FIELDS)
 EVENT_COLUMNS: Final = columns(EVENT_FIELDS, "e.")
-# A summary row: the session's columns, its message count, its owner's columns, then the
-# columns of the author of its first message (users o and b joined to sessions s).
-_SUMMARY_COLUMNS = (
-    f"{columns(SESSION_FIELDS, 's.')}, s.message_count, "
-    f"{columns(USER_FIELDS, 'o.')}, {columns(USER_FIELDS, 'b.')}"
-)
-_SUMMARY_JOINS = " LEFT JOIN users o ON o.id = s.owner_id LEFT JOIN users b ON b.id = s.started_by"
 # The users of a call that are inserted if absent: a JSON document (`rows.users_json`).
 # A few values in one parameter cost the client far less to send than many arrays.
 _USERS_GIVEN = (
@@ -81,7 +83,6 @@ _MISSING_USERS = (
 
 # ---------------------------------------------------------------------------- users
 
-SELECT_USER: Final = f"SELECT {USER_COLUMNS} FROM users WHERE id = %s"
 UPSERT_USER: Final = (
     f"INSERT INTO users ({USER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s::json)"
     " ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name,"
@@ -91,9 +92,6 @@ UPSERT_USER: Final = (
 
 # ---------------------------------------------------------------------------- sessions
 
-SELECT_SESSION: Final = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = %s"
-SESSION_EXISTS: Final = "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = %s)"
-SESSION_VERSION: Final = "SELECT version FROM sessions WHERE id = %s"
 # One statement checks the users and the parent, inserts the session, then (only if it
 # was inserted) its users and metadata entries, and answers what a refusal needs to
 # say why: (inserted, existed before, missing user ids, parent found, parent's part_of,
@@ -131,10 +129,6 @@ SELECT EXISTS (SELECT 1 FROM inserted), EXISTS (SELECT 1 FROM sessions WHERE id 
 # Taken before looking for a part: every caller of find_or_create_part for one parent
 # then looks (and inserts) one after another, so all settle on the earliest part.
 LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR UPDATE"
-FIND_PART: Final = (
-    f"SELECT {SESSION_COLUMNS} FROM sessions"
-    " WHERE part_of = %s AND held_with = %s ORDER BY id LIMIT 1"
-)
 # The metadata index follows the new metadata: entries no longer true go, new ones come.
 UPDATE_SESSION: Final = f"""WITH updated AS (
     UPDATE sessions SET title = %(title)s, metadata = %(metadata)s::json,
@@ -158,29 +152,6 @@ indexed AS (
     ON CONFLICT DO NOTHING
 )
 SELECT {SESSION_COLUMNS} FROM updated"""
-SET_TITLE: Final = (
-    f"UPDATE sessions SET title = %s, stamp = %s WHERE id = %s RETURNING {SESSION_COLUMNS}"
-)
-DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = %s"
-# A part of an expired parent goes with its parent by cascade, so only sessions deleted
-# directly are counted. Under READ COMMITTED a row whose expiry another transaction moved
-# on is re-checked against its new value before it is deleted, so it survives.
-DELETE_EXPIRED: Final = (
-    "DELETE FROM sessions WHERE expires_at < %(before)s AND NOT EXISTS (SELECT 1 FROM"
-    " sessions parent WHERE parent.id = sessions.part_of AND parent.expires_at < %(before)s)"
-)
-SESSIONS_BY_METADATA: Final = (
-    f"SELECT {columns(SESSION_FIELDS, 's.')} FROM session_metadata m"
-    " JOIN sessions s ON s.id = m.session_id"
-    " WHERE m.name = %s AND m.value = %s ORDER BY m.session_id"
-)
-LIST_PARTS: Final = (
-    f"SELECT {_SUMMARY_COLUMNS} FROM sessions s{_SUMMARY_JOINS} WHERE s.part_of = %s ORDER BY s.id"
-)
-PARTICIPANTS: Final = (
-    f"SELECT {columns(USER_FIELDS, 'u.')} FROM participants p"
-    " JOIN users u ON u.id = p.user_id WHERE p.session_id = %s ORDER BY p.first_seq"
-)
 
 # ---------------------------------------------------------------------------- the log
 
@@ -233,55 +204,6 @@ SELECT last_seq FROM advanced"""
 APPEND_REFUSAL: Final = f"""SELECT (SELECT version FROM sessions WHERE id = %(session_id)s),
     ({_MISSING_USERS})"""
 EVENTS_WITH_IDS: Final = f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.id = ANY(%s::text[])"
-SET_NARRATION: Final = (
-    "UPDATE events SET narration = %s, stamp = %s"
-    " WHERE id = %s AND session_id = %s AND type = 'MESSAGE'"
-)
-
-# ---------------------------------------------------------------------------- listings
-
-_LISTING_AFTER = {
-    SessionOrder.CREATED: " AND s.id < %(after_id)s",
-    SessionOrder.LAST_ACTIVITY: (
-        " AND (s.last_activity_at, s.id) < (%(after_at)s::timestamptz, %(after_id)s::text)"
-    ),
-}
-_LISTING_ORDER = {
-    SessionOrder.CREATED: " ORDER BY s.id DESC LIMIT %(limit)s",
-    SessionOrder.LAST_ACTIVITY: " ORDER BY s.last_activity_at DESC, s.id DESC LIMIT %(limit)s",
-}
-
-
-@functools.cache
-def listing_sql(
-    summaries: bool, order: SessionOrder, include_parts: bool, by_kind: bool, paged: bool
-) -> str:
-    """A page of an owner's sessions (or summaries), strictly after a keyset when
-    ``paged``. Parameters: owner_id, kind, after_id, after_at, limit."""
-    selected = _SUMMARY_COLUMNS if summaries else columns(SESSION_FIELDS, "s.")
-    statement = f"SELECT {selected} FROM sessions s"
-    if summaries:
-        statement += _SUMMARY_JOINS
-    statement += " WHERE s.owner_id = %(owner_id)s"
-    if not include_parts:
-        statement += " AND s.part_of IS NULL"
-    if by_kind:
-        statement += " AND s.kind = %(kind)s"
-    if paged:
-        statement += _LISTING_AFTER[order]
-    return statement + _LISTING_ORDER[order]
-
-
-@functools.cache
-def count_sql(include_parts: bool, by_kind: bool) -> str:
-    """How many sessions a listing holds. Parameters: owner_id, kind."""
-    statement = "SELECT count(*) FROM sessions WHERE owner_id = %(owner_id)s"
-    if not include_parts:
-        statement += " AND part_of IS NULL"
-    if by_kind:
-        statement += " AND kind = %(kind)s"
-    return statement
-
 
 # ---------------------------------------------------------------------------- reads
 

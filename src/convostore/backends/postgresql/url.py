@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from typing import Final
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
+from convostore.backends.urls import query_options, redacted, seconds, whole_number
 from convostore.errors import InvalidArgumentError
 
 __all__ = [
@@ -63,7 +64,8 @@ class PostgreSQLTarget:
 def parse_postgresql_url(url: str) -> PostgreSQLTarget:
     """The target of a ``postgresql://`` URL. convostore's query options:
 
-    - ``schema``: ``[a-z_][a-z0-9_]{0,62}``, default ``public``;
+    - ``schema``: ``[a-z_][a-z0-9_]{0,62}``, default ``public``; not a system schema
+      (``information_schema``, ``pg_*``);
     - ``pool_min_size`` (default 1), ``pool_max_size`` (default 10);
     - ``pool_timeout``: seconds, default 30;
     - ``ef_search``: 1..1000, default 100.
@@ -71,32 +73,30 @@ def parse_postgresql_url(url: str) -> PostgreSQLTarget:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
-        raise InvalidArgumentError(f"not a PostgreSQL URL: {_redacted(url)!r}")
-    try:
-        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as error:
-        raise InvalidArgumentError(f"malformed query in the PostgreSQL URL: {error}") from None
+        raise InvalidArgumentError(f"not a PostgreSQL URL: {redacted(url)!r}")
+    query = query_options(parts.query, "the PostgreSQL URL")
     target = PostgreSQLTarget(conninfo="")
     passed_on: list[tuple[str, str]] = []
-    seen: set[str] = set()
     for name, value in query:
-        if name in seen:
-            raise InvalidArgumentError(f"option {name!r} given twice in the PostgreSQL URL")
-        seen.add(name)
         if name == "schema":
             if not IDENTIFIER.fullmatch(value):
                 raise InvalidArgumentError(
                     f"schema must match [a-z_][a-z0-9_]{{0,62}}, not {value!r}"
                 )
+            if value == "information_schema" or value.startswith("pg_"):
+                raise InvalidArgumentError(
+                    f"schema {value!r} belongs to PostgreSQL itself (information_schema and "
+                    "pg_* are the system's): name a schema of your own"
+                )
             target = replace(target, schema=value)
         elif name == "pool_min_size":
-            target = replace(target, pool_min_size=_whole(name, value, 0, _MAX_POOL_SIZE))
+            target = replace(target, pool_min_size=whole_number(name, value, 0, _MAX_POOL_SIZE))
         elif name == "pool_max_size":
-            target = replace(target, pool_max_size=_whole(name, value, 1, _MAX_POOL_SIZE))
+            target = replace(target, pool_max_size=whole_number(name, value, 1, _MAX_POOL_SIZE))
         elif name == "ef_search":
-            target = replace(target, ef_search=_whole(name, value, 1, _MAX_EF_SEARCH))
+            target = replace(target, ef_search=whole_number(name, value, 1, _MAX_EF_SEARCH))
         elif name == "pool_timeout":
-            target = replace(target, pool_timeout=_seconds(name, value))
+            target = replace(target, pool_timeout=seconds(name, value))
         else:
             passed_on.append((name, value))
     if target.pool_max_size < max(1, target.pool_min_size):
@@ -107,29 +107,3 @@ def parse_postgresql_url(url: str) -> PostgreSQLTarget:
     query_text = urlencode(passed_on, quote_via=quote)
     conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, query_text, ""))
     return replace(target, conninfo=conninfo)
-
-
-def _whole(name: str, value: str, lowest: int, highest: int) -> int:
-    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= highest:
-        raise InvalidArgumentError(
-            f"{name} must be a whole number from {lowest} to {highest}, not {value!r}"
-        )
-    return int(value)
-
-
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= 3600:
-        raise InvalidArgumentError(f"{name} must be a number of seconds up to 3600, not {value!r}")
-    return seconds
-
-
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))

@@ -7,18 +7,10 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any, Final, Self, TypeVar, TypeVarTuple
 
-from convostore._time import to_micros
-from convostore.backends.interface import (
-    Backend,
-    Capabilities,
-    DatabaseStats,
-    SessionPage,
-    TextQuery,
-    VectorQuery,
-)
+from convostore.backends.interface import Capabilities, DatabaseStats, TextQuery, VectorQuery
+from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import (
     in_read_snapshot,
@@ -27,17 +19,14 @@ from convostore.backends.sqlite.connection import (
 from convostore.backends.sqlite.operations import (
     read_all,
     read_events,
-    read_one,
     write_append,
-    write_delete,
+    write_changed,
     write_find_or_insert_part,
     write_insert_session,
     write_put_user,
-    write_set_narration,
-    write_set_title,
+    write_returning,
     write_update_session,
 )
-from convostore.backends.sqlite.rows import session_from_row, summary_from_row, user_from_row
 from convostore.backends.sqlite.schema import (
     prepare_database,
     read_pending_migrations,
@@ -64,8 +53,6 @@ from convostore.model import (
     Role,
     SearchHit,
     Session,
-    SessionFilter,
-    SessionSummary,
     User,
 )
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
@@ -79,7 +66,7 @@ READER_THREADS: Final = 2
 SEARCH_THREADS: Final = 1
 
 
-class SQLiteBackend(Backend):
+class SQLiteBackend(SQLBackend):
     """One SQLite database: a file, or ``:memory:`` (gone at close).
 
     One writer thread owns the only connection that writes; `READER_THREADS` reader
@@ -90,6 +77,8 @@ class SQLiteBackend(Backend):
     Vector search keeps the vectors it searches in memory, about 156 MB for 100,000 of
     384 dimensions, until close (see `convostore.backends.sqlite.search`).
     """
+
+    statements = sql.STATEMENTS
 
     def __init__(self, target: SQLiteTarget) -> None:
         self.target = target
@@ -170,6 +159,9 @@ class SQLiteBackend(Backend):
             users, sessions, events, messages, vectors, None if self.target.in_memory else size
         )
 
+    def release_when_dropped(self) -> Callable[[], None]:
+        return functools.partial(_abandon, self._writer, self._readers, self._searchers)
+
     async def close(self) -> None:
         if self._readers is not self._writer:
             await self._searchers.stop()
@@ -183,14 +175,20 @@ class SQLiteBackend(Backend):
         queued at the same time share the transaction and its fsync (group commit)."""
         return await self._writer.transact(fn, *args)
 
+    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
+        return await self._readers.run(read_all, statement, parameters)
+
+    async def _changed(self, statement: str, parameters: Parameters) -> int:
+        return await self._write(write_changed, statement, parameters)
+
+    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        row: Sequence[Any] | None = await self._write(write_returning, statement, parameters)
+        return row
+
     # ---------------------------------------------------------------- users
 
     async def put_user(self, user: User) -> None:
         await self._write(write_put_user, user)
-
-    async def get_user(self, user_id: str) -> User | None:
-        row = await self._readers.run(read_one, sql.SELECT_USER, user_id)
-        return None if row is None else user_from_row(row)
 
     # ---------------------------------------------------------------- sessions
 
@@ -200,50 +198,8 @@ class SQLiteBackend(Backend):
     async def find_or_insert_part(self, new: NewSession) -> Session:
         return await self._write(write_find_or_insert_part, new)
 
-    async def get_session(self, session_id: str) -> Session | None:
-        row = await self._readers.run(read_one, sql.SELECT_SESSION, session_id)
-        return None if row is None else session_from_row(row)
-
     async def update_session(self, changes: SessionChanges) -> Session:
         return await self._write(write_update_session, changes)
-
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
-        return await self._write(write_set_title, session_id, title, stamp)
-
-    async def delete_session(self, session_id: str) -> bool:
-        return await self._write(write_delete, sql.DELETE_SESSION, session_id) > 0
-
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
-        statement, parameters = _listing(False, page)
-        rows = await self._readers.run(read_all, statement, parameters)
-        return [session_from_row(row) for row in rows]
-
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
-        statement, parameters = _listing(True, page)
-        rows = await self._readers.run(read_all, statement, parameters)
-        return [summary_from_row(row) for row in rows]
-
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
-        statement = sql.count_sql(filter.include_parts, filter.kind is not None)
-        parameters = {"owner_id": owner_id, "kind": filter.kind}
-        rows = await self._readers.run(read_all, statement, parameters)
-        return int(rows[0][0])
-
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
-        rows = await self._readers.run(read_all, sql.FIND_PART, (part_of, held_with))
-        return session_from_row(rows[0]) if rows else None
-
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
-        rows = await self._readers.run(read_all, sql.LIST_PARTS, (part_of,))
-        return [summary_from_row(row) for row in rows]
-
-    async def participants(self, session_id: str) -> list[User]:
-        rows = await self._readers.run(read_all, sql.PARTICIPANTS, (session_id,))
-        return [user for row in rows if (user := user_from_row(row)) is not None]
-
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
-        rows = await self._readers.run(read_all, sql.SESSIONS_BY_METADATA, (name, value))
-        return [session_from_row(row) for row in rows]
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         return await self._write(write_indexed_keys, keys)
@@ -251,28 +207,16 @@ class SQLiteBackend(Backend):
     async def remove_indexed_key(self, key: str) -> bool:
         return await self._write(write_unindexed_key, key)
 
-    async def delete_expired(self, before: datetime) -> int:
-        return await self._write(write_delete, sql.DELETE_EXPIRED, to_micros(before))
-
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
         return await self._write(write_append, append)
-
-    async def version(self, session_id: str) -> int:
-        row = await self._readers.run(read_one, sql.SESSION_VERSION, session_id)
-        return 0 if row is None else int(row[0])
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         if not event_filter.active_view:
             # A single statement sees one snapshot without a transaction around it.
             return await self._readers.run(read_events, session_id, event_filter)
         return await self._readers.run(in_read_snapshot, read_events, (session_id, event_filter))
-
-    async def set_narration(
-        self, session_id: str, message_id: str, text: str | None, stamp: str
-    ) -> bool:
-        return await self._write(write_set_narration, session_id, message_id, text, stamp)
 
     # ---------------------------------------------------------------- vectors and text
 
@@ -324,19 +268,9 @@ def _require_directory(path: str) -> None:
         )
 
 
-def _listing(
-    summaries: bool,
-    page: SessionPage,
-) -> tuple[str, dict[str, Any]]:
-    order, after, filter = page.order, page.after, page.filter
-    statement = sql.listing_sql(
-        summaries, order, filter.include_parts, filter.kind is not None, after is not None
-    )
-    parameters = {
-        "owner_id": page.owner_id,
-        "kind": filter.kind,
-        "after_id": None if after is None else after.session_id,
-        "after_at": None if after is None else after.last_activity_us,
-        "limit": page.limit,
-    }
-    return statement, parameters
+def _abandon(
+    writer: ConnectionWorker, readers: ConnectionWorker, searchers: ConnectionWorker
+) -> None:
+    searchers.abandon()
+    readers.abandon()
+    writer.abandon()

@@ -8,12 +8,14 @@ from collections.abc import Callable
 from typing import Any, Final, TypeVar, TypeVarTuple, cast
 
 from convostore.backends.sqlite.url import SQLiteTarget
+from convostore.embedding import text_tokens
 
 __all__ = [
     "BLANK_FUNCTION",
     "CACHED_STATEMENTS",
     "CONTAINS_FUNCTION",
     "MAX_GROUP",
+    "TOKENS_FUNCTION",
     "RollbackAndReturn",
     "in_group_transaction",
     "in_read_snapshot",
@@ -29,6 +31,7 @@ Ts = TypeVarTuple("Ts")
 CACHED_STATEMENTS: Final = 512
 CONTAINS_FUNCTION: Final = "convostore_contains"
 BLANK_FUNCTION: Final = "convostore_blank"
+TOKENS_FUNCTION: Final = "convostore_tokens"
 
 BEGIN: Final = "BEGIN"
 BEGIN_IMMEDIATE: Final = "BEGIN IMMEDIATE"
@@ -61,6 +64,12 @@ def blank(content: str | None) -> bool:
     return content is None or not content.strip()
 
 
+def tokens(content: str | None) -> str | None:
+    """The words text search matches in ``content`` (`text_tokens`), space-separated:
+    what the full-text index holds for a message."""
+    return None if content is None else " ".join(text_tokens(content))
+
+
 def open_connection(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection:
     """A connection set up as every connection of a store is. Transactions are explicit
     (``isolation_level=None``); a reader's connection refuses to write."""
@@ -73,6 +82,7 @@ def open_connection(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection
     try:
         connection.create_function(CONTAINS_FUNCTION, 2, contains, deterministic=True)
         connection.create_function(BLANK_FUNCTION, 1, blank, deterministic=True)
+        connection.create_function(TOKENS_FUNCTION, 1, tokens, deterministic=True)
         connection.execute(FOREIGN_KEYS_ON)
         connection.execute(SYNCHRONOUS[target.synchronous])
         if reader:

@@ -2,8 +2,8 @@
 
 A ``write_`` function runs on the writer thread inside `in_write_transaction`; a
 ``read_`` function runs on a reader thread, inside `in_read_snapshot` when it runs
-several queries. Each is all of one primitive of `convostore.store.Store`, so an
-operation is one thread hop.
+several queries. Each is all of one primitive of
+`convostore.backends.interface.Backend`, so an operation is one thread hop.
 """
 
 from __future__ import annotations
@@ -14,6 +14,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from convostore._time import to_micros
+from convostore.backends.sql.decisions import (
+    bounded,
+    check_parent,
+    event_conditions,
+    missing_session,
+    refuse_existing,
+    replay_or_conflict,
+    stale_or_missing,
+    unconfirmed_users,
+    unknown_users,
+)
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import RollbackAndReturn
 from convostore.backends.sqlite.rows import (
@@ -22,14 +33,6 @@ from convostore.backends.sqlite.rows import (
     session_from_row,
     session_values,
     user_values,
-)
-from convostore.errors import (
-    EventIdConflictError,
-    InvalidArgumentError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StaleObjectError,
-    UnknownUserError,
 )
 from convostore.filters import (
     EventFilter,
@@ -50,22 +53,16 @@ from convostore.prepare import (
 __all__ = [
     "read_all",
     "read_events",
-    "read_one",
     "write_append",
-    "write_delete",
+    "write_changed",
     "write_find_or_insert_part",
     "write_insert_session",
     "write_put_user",
-    "write_set_narration",
-    "write_set_title",
+    "write_returning",
     "write_update_session",
 ]
 
 Connection = sqlite3.Connection
-
-# SQLite integers are signed 64-bit; a window bound beyond that bounds nothing.
-_MAX_INTEGER = 2**63 - 1
-
 
 # Lists of ids, types, roles and branches are bound as one JSON text parameter. They
 # hold only strings, so one encoder made once serves them all.
@@ -79,25 +76,17 @@ def _json_list(values: Iterable[str]) -> str:
 # ---------------------------------------------------------------------------- writes
 
 
-def _unconfirmed_users(users: tuple[User, ...], required: tuple[str, ...]) -> list[str]:
-    """The required ids not given as a `User` in the same call: those must be stored."""
-    if not required:
-        return []
-    given = {user.id for user in users}
-    return [user_id for user_id in required if user_id not in given]
-
-
 def _require_users(
     connection: Connection, users: tuple[User, ...], required: tuple[str, ...]
 ) -> None:
     """`UnknownUserError` for a required id that is neither stored nor given as a
     `User` in the same call."""
-    wanted = _unconfirmed_users(users, required)
+    wanted = unconfirmed_users(users, required)
     if not wanted:
         return
     missing = [row[0] for row in connection.execute(sql.MISSING_USERS, (_json_list(wanted),))]
     if missing:
-        raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+        raise unknown_users(missing)
 
 
 def _insert_users(connection: Connection, users: tuple[User, ...]) -> None:
@@ -128,19 +117,11 @@ def write_insert_session(
 ) -> Session | None:
     session = new.session
     if _session_exists(connection, session.id):
-        if if_absent:
-            return None
-        raise SessionExistsError(f"session {session.id!r} already exists")
+        refuse_existing(session, if_absent)
+        return None
     _require_users(connection, new.users_to_insert, new.required_user_ids)
     if session.part_of is not None:
-        parent = connection.execute(sql.SELECT_PARENT, (session.part_of,)).fetchone()
-        if parent is None:
-            raise SessionNotFoundError(f"part_of names no session: {session.part_of!r}")
-        parent_owner, parent_part_of = parent
-        if parent_part_of is not None:
-            raise InvalidArgumentError("part_of must name a top-level session")
-        if parent_owner != session.owner_id:
-            raise InvalidArgumentError("part_of must name a session with the same owner")
+        check_parent(session, connection.execute(sql.SELECT_PARENT, (session.part_of,)).fetchone())
     _insert_users(connection, new.users_to_insert)
     connection.execute(sql.INSERT_SESSION, session_values(new))
     _index_metadata(connection, session.id, new.indexed_metadata)
@@ -153,7 +134,9 @@ def write_find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
     parent = connection.execute(sql.SELECT_PARENT, (new.session.part_of,)).fetchone()
     new = owned_by_parent(new, parent)
     session = new.session
-    found = connection.execute(sql.FIND_PART, (session.part_of, session.held_with)).fetchone()
+    found = connection.execute(
+        sql.STATEMENTS.find_part, {"part_of": session.part_of, "held_with": session.held_with}
+    ).fetchone()
     if found is not None:
         return session_from_row(found)
     inserted = write_insert_session(connection, new, False)
@@ -174,27 +157,21 @@ def write_update_session(connection: Connection, changes: SessionChanges) -> Ses
         ),
     ).fetchone()
     if row is None:
-        if not _session_exists(connection, changes.session_id):
-            raise SessionNotFoundError(f"no session {changes.session_id!r}")
-        raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
+        raise stale_or_missing(changes.session_id, _session_exists(connection, changes.session_id))
     connection.execute(sql.DELETE_METADATA_ENTRIES, (changes.session_id,))
     _index_metadata(connection, changes.session_id, changes.indexed_metadata)
     return session_from_row(row)
 
 
-def write_set_title(
-    connection: Connection, session_id: str, title: str | None, stamp: str
-) -> Session:
-    row = connection.execute(sql.SET_TITLE, (title, stamp, session_id)).fetchone()
-    if row is None:
-        raise SessionNotFoundError(f"no session {session_id!r}")
-    return session_from_row(row)
-
-
-def write_delete(connection: Connection, statement: str, parameter: str | int) -> int:
-    """How many rows the statement deleted itself; the rows its cascades delete (parts,
+def write_changed(connection: Connection, statement: str, parameters: Any) -> int:
+    """How many rows the statement changed itself; the rows its cascades change (parts,
     events) are not counted."""
-    return connection.execute(statement, (parameter,)).rowcount
+    return connection.execute(statement, parameters).rowcount
+
+
+def write_returning(connection: Connection, statement: str, parameters: Any) -> Any:
+    """The row a statement with RETURNING gives, or None."""
+    return connection.execute(statement, parameters).fetchone()
 
 
 def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcome:
@@ -202,7 +179,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
     common case allows: move the session on, then insert the events. Whatever a later
     check refuses is undone with the transaction."""
     events = append.events
-    unconfirmed = _unconfirmed_users(append.users_to_insert, append.required_user_ids)
+    unconfirmed = unconfirmed_users(append.users_to_insert, append.required_user_ids)
     advanced = connection.execute(
         sql.ADVANCE_SESSION,
         (
@@ -218,7 +195,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
     ).fetchone()
     if advanced is None:
         if not _session_exists(connection, append.session_id):
-            raise SessionNotFoundError(f"no session {append.session_id!r}")
+            raise missing_session(append.session_id)
         _require_users(connection, append.users_to_insert, append.required_user_ids)
         return AppendOutcome(applied=False)  # A batch for another version.
     last_seq, unknown_users = advanced
@@ -249,47 +226,28 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
 def _raise_for_stored_id(
     connection: Connection, append: PreparedAppend, error: sqlite3.IntegrityError
 ) -> None:
-    """An event id is stored already. A single append retried in its own log answers
-    the stored event and writes nothing; any other clash is `EventIdConflictError`."""
+    """An event id is stored already: a retried append (rolled back, answering the stored
+    event) or `EventIdConflictError`."""
     ids = _json_list(prepared.event.id for prepared in append.events)
     stored = [event_from_row(row) for row in connection.execute(sql.EVENTS_WITH_IDS, (ids,))]
     if not stored:
         raise error  # Not an id clash: a bug, surfaced as a StoreError.
-    clash = stored[0]
-    if append.expected_version is None and clash.session_id == append.session_id:
-        raise RollbackAndReturn(AppendOutcome(applied=False, events=[clash]))
-    where = "" if clash.session_id == append.session_id else " by another session"
-    raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
-
-
-def write_set_narration(
-    connection: Connection, session_id: str, message_id: str, text: str | None, stamp: str
-) -> bool:
-    cursor = connection.execute(sql.SET_NARRATION, (text, stamp, message_id, session_id))
-    return cursor.rowcount > 0
+    raise RollbackAndReturn(replay_or_conflict(append, stored))
 
 
 # ---------------------------------------------------------------------------- reads
 
 
-def read_one(connection: Connection, statement: str, parameter: str) -> Any:
-    return connection.execute(statement, (parameter,)).fetchone()
-
-
-def read_all(
-    connection: Connection, statement: str, parameters: tuple[Any, ...] | dict[str, Any]
-) -> list[Any]:
+def read_all(connection: Connection, statement: str, parameters: Any) -> list[Any]:
     return connection.execute(statement, parameters).fetchall()
 
 
 def _conditions(event_filter: EventFilter) -> tuple[bool, ...]:
     """Which of `statements.EVENT_CONDITIONS` the filter sets."""
-    return tuple(
-        event_filter.exclude_synthetic
-        if name == "exclude_synthetic"
-        else getattr(event_filter, name) is not None
-        for name, _ in sql.EVENT_CONDITIONS
-    )
+    return event_conditions(_CONDITION_NAMES, event_filter)
+
+
+_CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
 
 
 def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
@@ -302,9 +260,9 @@ def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
         "since": None if f.since is None else to_micros(f.since),
         "until": None if f.until is None else to_micros(f.until),
         "text": f.text,
-        "after_seq": None if f.after_seq is None else min(f.after_seq, _MAX_INTEGER),
-        "limit": -1 if f.limit is None else min(f.limit, _MAX_INTEGER),
-        "last": None if f.last is None else min(f.last, _MAX_INTEGER),
+        "after_seq": bounded(f.after_seq),
+        "limit": -1 if f.limit is None else bounded(f.limit),
+        "last": bounded(f.last),
     }
 
 

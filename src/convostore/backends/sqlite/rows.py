@@ -8,7 +8,7 @@ from array import array
 from typing import Any
 
 from convostore._time import from_micros, to_micros
-from convostore.backends._rows import RowReader, user_values
+from convostore.backends.sql.rows import RowReader, user_values
 from convostore.model import Message
 from convostore.prepare import NewSession, PreparedEvent
 
@@ -102,8 +102,8 @@ def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
     )
 
 
-_READER = RowReader(time_of=from_micros, vector_of=vector_from_blob)
-user_from_row = _READER.user
-session_from_row = _READER.session
-summary_from_row = _READER.summary
-event_from_row = _READER.event
+READER = RowReader(time_of=from_micros, vector_of=vector_from_blob)
+user_from_row = READER.user
+session_from_row = READER.session
+summary_from_row = READER.summary
+event_from_row = READER.event

@@ -13,10 +13,12 @@ import time
 import urllib.parse
 from typing import Final
 
-from convostore import _json
 from convostore._time import to_micros, utc_now
 from convostore.backends.migrations import pending
-from convostore.backends.sqlite.connection import in_write_transaction
+from convostore.backends.sql.decisions import backfill
+from convostore.backends.sql.statements import SESSION_INDEXES
+from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
+from convostore.backends.sqlite.statements import STATEMENTS
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.errors import SchemaVersionError
 
@@ -49,21 +51,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             message_count INTEGER NOT NULL DEFAULT 0,
             started_by TEXT
         )""",
-        # Listings page by keyset on these, so page n reads what page 1 reads. Top-level
-        # listings (the default) have their own partial indexes; a listing that includes
-        # parts and filters by kind walks the owner's index and filters kind per row.
-        "CREATE INDEX sessions_top_by_created ON sessions (owner_id, id) WHERE part_of IS NULL",
-        """CREATE INDEX sessions_top_by_activity
-            ON sessions (owner_id, last_activity_at, id) WHERE part_of IS NULL""",
-        """CREATE INDEX sessions_top_kind_by_created
-            ON sessions (owner_id, kind, id) WHERE part_of IS NULL""",
-        """CREATE INDEX sessions_top_kind_by_activity
-            ON sessions (owner_id, kind, last_activity_at, id) WHERE part_of IS NULL""",
-        "CREATE INDEX sessions_by_created ON sessions (owner_id, id)",
-        "CREATE INDEX sessions_by_activity ON sessions (owner_id, last_activity_at, id)",
-        # Also serves the cascade from a session to its parts.
-        "CREATE INDEX sessions_parts ON sessions (part_of, held_with, id)",
-        "CREATE INDEX sessions_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
+        *SESSION_INDEXES,
         """CREATE TABLE events (
             session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
             seq INTEGER NOT NULL,
@@ -201,6 +189,36 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             UPDATE vector_generation SET generation = generation + 1 WHERE id = 1;
         END""",
     ),
+    (
+        # Text search on the words every backend matches: the FTS5 index holds each
+        # message's `text_tokens` (case folded in full, so "Straße" is "strasse";
+        # compatibility forms decomposed, so "ﬁnal" is "final"; accents dropped), which
+        # convostore's function gives, separated by spaces. The ascii tokenizer splits
+        # them on those spaces alone: every other character of a token is a token
+        # character to it, so the index holds exactly those words. Contentless: the
+        # words are derived from the content, never read back, and a delete gives them
+        # again from the old content.
+        "DROP TRIGGER events_fts_insert",
+        "DROP TRIGGER events_fts_delete",
+        "DROP TABLE events_fts",
+        """CREATE VIRTUAL TABLE events_fts USING fts5 (
+            words, content = '', tokenize = 'ascii'
+        )""",
+        f"""CREATE TRIGGER events_fts_insert AFTER INSERT ON events
+            WHEN NEW.type = 'MESSAGE'
+        BEGIN
+            INSERT INTO events_fts (rowid, words)
+                VALUES (NEW.rowid, {TOKENS_FUNCTION}(NEW.content));
+        END""",
+        f"""CREATE TRIGGER events_fts_delete AFTER DELETE ON events
+            WHEN OLD.type = 'MESSAGE'
+        BEGIN
+            INSERT INTO events_fts (events_fts, rowid, words)
+                VALUES ('delete', OLD.rowid, {TOKENS_FUNCTION}(OLD.content));
+        END""",
+        f"""INSERT INTO events_fts (rowid, words)
+            SELECT rowid, {TOKENS_FUNCTION}(content) FROM events WHERE type = 'MESSAGE'""",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -221,10 +239,6 @@ JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
 # several processes connecting at once it is retried for this long.
 WAL_SWITCH_PATIENCE_S: Final = 10.0
 
-SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
-INSERT_INDEXED_KEY: Final = "INSERT INTO indexed_metadata_keys (name) VALUES (?)"
-DELETE_INDEXED_KEY: Final = "DELETE FROM indexed_metadata_keys WHERE name = ?"
-DELETE_KEY_ENTRIES: Final = "DELETE FROM session_metadata WHERE name = ?"
 SESSIONS_WITH_KEY: Final = (
     "SELECT id, metadata FROM sessions WHERE json_type(metadata, ?) IS NOT NULL"
 )
@@ -300,24 +314,19 @@ def _migrate(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
 def write_indexed_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> frozenset[str]:
     """Record and backfill each key of ``keys`` not yet indexed (in the caller's write
     transaction); return every indexed key."""
-    indexed = {row[0] for row in connection.execute(SELECT_INDEXED_KEYS)}
+    indexed = {row[0] for row in connection.execute(STATEMENTS.select_indexed_keys)}
     for name in sorted(keys - indexed):
-        connection.execute(INSERT_INDEXED_KEY, (name,))
+        connection.execute(STATEMENTS.insert_indexed_key, {"name": name})
         # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
         rows = connection.execute(SESSIONS_WITH_KEY, ('$."' + name + '"',)).fetchall()
-        # The value is rendered by the function every write uses, so a backfilled entry
-        # compares exactly as a written one does.
         connection.executemany(
             INSERT_KEY_ENTRY,
-            [
-                (name, _json.index_value(_json.loads(metadata)[name]), session_id)
-                for session_id, metadata in rows
-            ],
+            [(name, value, session_id) for value, session_id in backfill(name, rows)],
         )
     return frozenset(indexed | keys)
 
 
 def write_unindexed_key(connection: sqlite3.Connection, key: str) -> bool:
     """Forget ``key`` and its entries (in the caller's write transaction)."""
-    connection.execute(DELETE_KEY_ENTRIES, (key,))
-    return connection.execute(DELETE_INDEXED_KEY, (key,)).rowcount > 0
+    connection.execute(STATEMENTS.delete_key_entries, {"name": key})
+    return connection.execute(STATEMENTS.delete_indexed_key, {"name": key}).rowcount > 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Final
-from urllib.parse import parse_qsl
 
+from convostore.backends.urls import query_options
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_PATH", "MEMORY_PATH", "SYNCHRONOUS_LEVELS", "SQLiteTarget", "parse_sqlite_url"]
@@ -39,6 +39,14 @@ def parse_sqlite_url(url: str) -> SQLiteTarget:
     ``sqlite://`` or ``sqlite:///`` (``./convostore.db``), ``sqlite:///:memory:``, each
     with ``?synchronous=full|normal|extra`` and ``?busy_timeout=<ms>``; or a bare path,
     taken whole (with no options)."""
+    if "\x00" in url:
+        raise InvalidArgumentError("a SQLite URL holds a NUL character, which no path can hold")
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(
+            "a SQLite URL holds a lone surrogate, not Unicode text"
+        ) from None
     scheme, separator, rest = url.partition("://")
     if not separator:
         return SQLiteTarget(url)
@@ -51,15 +59,7 @@ def parse_sqlite_url(url: str) -> SQLiteTarget:
             f"sqlite:////absolute/path.db, not {url!r}"
         )
     target = SQLiteTarget(location[1:] or DEFAULT_PATH)
-    try:
-        options = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
-    except ValueError as error:
-        raise InvalidArgumentError(f"malformed query in the SQLite URL {url!r}") from error
-    seen: set[str] = set()
-    for name, value in options:
-        if name in seen:
-            raise InvalidArgumentError(f"option {name!r} given twice in the SQLite URL {url!r}")
-        seen.add(name)
+    for name, value in query_options(query, f"the SQLite URL {url!r}"):
         if name == "synchronous":
             level = value.upper()
             if level not in SYNCHRONOUS_LEVELS:

@@ -21,7 +21,12 @@ from queue import Empty, SimpleQueue
 from typing import Any, TypeVar, TypeVarTuple
 
 from convostore.backends.sqlite.connection import MAX_GROUP, Outcome, in_group_transaction
-from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
+from convostore.errors import (
+    BackendUnavailableError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreError,
+)
 
 __all__ = ["ConnectionWorker", "translate_error"]
 
@@ -29,10 +34,11 @@ T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 # (the future to settle, its loop, the function, its arguments, whether it is a write
-# that may share a transaction); no function means stop.
+# that may share a transaction); no function means stop, and a stop with no future is
+# one nobody waits for.
 _Job = tuple[
-    "asyncio.Future[Any]",
-    asyncio.AbstractEventLoop,
+    "asyncio.Future[Any] | None",
+    "asyncio.AbstractEventLoop | None",
     "Callable[..., Any] | None",
     tuple[Any, ...],
     bool,
@@ -98,7 +104,7 @@ class ConnectionWorker:
 
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         if not self._accepting:
-            raise BackendUnavailableError(f"{self.where}: the store is closed")
+            raise StoreClosedError(f"{self.where}: the store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._jobs.put((future, loop, fn, args, write))
@@ -124,6 +130,15 @@ class ConnectionWorker:
         for thread in self._threads:
             thread.join()  # Each has settled its future as its last act: this is brief.
 
+    def abandon(self) -> None:
+        """Stop the threads without an event loop, for a store collected unclosed: each
+        thread closes its connection and ends. Nothing waits for them."""
+        if not self._accepting:
+            return
+        self._accepting = False
+        for _ in range(self._running):
+            self._jobs.put((None, None, None, (), False))
+
     def _serve(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[None]) -> None:
         try:
             connection = self._open_connection()
@@ -141,7 +156,8 @@ class ConnectionWorker:
                 try:
                     connection.close()
                 finally:
-                    _reply(job_loop, _succeed, future, None)
+                    if future is not None and job_loop is not None:
+                        _reply(job_loop, _succeed, future, None)
                 return
             if write:
                 group = [job]
@@ -158,6 +174,8 @@ class ConnectionWorker:
                         break
                 _commit_group(connection, group)
                 continue
+            assert future is not None
+            assert job_loop is not None
             # Read across threads without a lock: at worst a job cancelled at this very
             # moment still runs, and _succeed drops its result.
             if future.cancelled():
@@ -173,14 +191,18 @@ class ConnectionWorker:
 def _commit_group(connection: sqlite3.Connection, group: list[_Job]) -> None:
     """Run the writes of ``group`` whose callers still wait, in one transaction, then
     answer each caller, with one wake-up per event loop."""
-    live = [job for job in group if job[2] is not None and not job[0].cancelled()]
+    # A write job always has its future and loop: only a stop may come without them.
+    live = [
+        (future, loop, fn, args)
+        for future, loop, fn, args, _ in group
+        if fn is not None and future is not None and loop is not None and not future.cancelled()
+    ]
     if not live:
         return
-    writes = [(fn, args) for _, _, fn, args, _ in live if fn is not None]
-    outcomes = in_group_transaction(connection, writes)
+    outcomes = in_group_transaction(connection, [(fn, args) for _, _, fn, args in live])
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Outcome]]] = {}
-    for job, outcome in zip(live, outcomes, strict=True):
-        by_loop.setdefault(job[1], []).append((job[0], outcome))
+    for (future, job_loop, _, _), outcome in zip(live, outcomes, strict=True):
+        by_loop.setdefault(job_loop, []).append((future, outcome))
     for loop, settled in by_loop.items():
         try:
             loop.call_soon_threadsafe(_settle_all, settled)
@@ -219,30 +241,28 @@ def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
 
 
 # Primary result codes that mean the database cannot be used as it is now: busy or
-# locked, unreadable, full, read-only, or not a database at all.
+# locked past the timeout, an I/O error, a full disk, or a file that cannot be opened
+# (missing, not readable or writable, not a database). Every other code (a syntax error,
+# a missing table or column, a constraint) is a bug or bad data: a plain StoreError, so
+# that nothing mistakes it for a database that is merely out of reach.
 _UNAVAILABLE_CODES = frozenset(
     {
         sqlite3.SQLITE_BUSY,
         sqlite3.SQLITE_LOCKED,
         sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_CORRUPT,
         sqlite3.SQLITE_FULL,
         sqlite3.SQLITE_CANTOPEN,
-        sqlite3.SQLITE_PROTOCOL,
         sqlite3.SQLITE_READONLY,
         sqlite3.SQLITE_PERM,
         sqlite3.SQLITE_NOTADB,
-        sqlite3.SQLITE_NOLFS,
     }
 )
 
 
 def translate_error(error: sqlite3.Error, where: str) -> StoreError:
     """The convostore error to raise (``from error``) for a sqlite3 error:
-    `BackendUnavailableError` when the database cannot be used, else `StoreError`."""
+    `BackendUnavailableError` for the result codes above, else `StoreError`."""
     code: int | None = getattr(error, "sqlite_errorcode", None)
-    if isinstance(error, sqlite3.OperationalError) or (
-        code is not None and code & 0xFF in _UNAVAILABLE_CODES
-    ):
+    if code is not None and code & 0xFF in _UNAVAILABLE_CODES:
         return BackendUnavailableError(f"{where}: {error}")
     return StoreError(f"{where}: {error}")

@@ -138,8 +138,14 @@ async def test_the_vector_index_is_declared_from_the_embedder(
     store = await connect_store(embedder=embedder)
     assert store.vector_index == VectorIndexSpec(48, "cosine", embedder.name)
     assert store.vector_index_drift is None
+
+
+async def test_another_width_is_reported_as_drift_never_dropped(
+    connect_store: StoreFactory,
+) -> None:
+    store = await connect_store(embedder=CountingEmbedder(48))
     if not store.capabilities.persistent:
-        return
+        pytest.skip("the backend keeps nothing after close, so no index outlives a store")
     session = await new_session(store)
     await store.add_message(session.id, MessageWrite(Role.USER, "kept across reconnects"))
 

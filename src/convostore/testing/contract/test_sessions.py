@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +23,7 @@ from convostore.testing.helpers import (
     ALICE,
     BOB,
     MINUS_7,
+    T0,
     event,
     freeze_store_clock,
     new_session,
@@ -228,17 +228,17 @@ async def test_last_activity_starts_at_creation(store: Store) -> None:
     assert before <= session.last_activity_at == session.created_at <= datetime.now(UTC)
 
 
-async def test_non_synthetic_message_advances_last_activity(store: Store) -> None:
+async def test_non_synthetic_message_advances_last_activity(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    freeze_store_clock(monkeypatch, T0)
     session = await new_session(store)
-    await asyncio.sleep(0.002)
-    before = datetime.now(UTC)
+    freeze_store_clock(monkeypatch, T0 + timedelta(seconds=1))
     await store.add_message(session.id, say("hello"))
-    after = datetime.now(UTC)
     current = await store.get_session(session.id)
     assert current is not None
-    assert before <= current.last_activity_at <= after
-    assert current.last_activity_at > session.created_at
-    assert current.created_at == session.created_at
+    assert current.last_activity_at == T0 + timedelta(seconds=1)
+    assert current.created_at == session.created_at == T0
 
 
 async def test_last_activity_uses_the_writers_clock_not_the_message_time(store: Store) -> None:
@@ -257,8 +257,9 @@ async def test_last_activity_uses_the_writers_clock_not_the_message_time(store: 
 async def test_last_activity_never_moves_backwards(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    freeze_store_clock(monkeypatch, T0)
     session = await new_session(store)
-    await asyncio.sleep(0.002)
+    freeze_store_clock(monkeypatch, T0 + timedelta(seconds=1))
     await store.add_message(session.id, say("now"))
     latest = await store.get_session(session.id)
     assert latest is not None
@@ -272,13 +273,17 @@ async def test_last_activity_never_moves_backwards(
     assert current.last_activity_at == latest.last_activity_at
 
 
-async def test_what_does_not_move_last_activity(store: Store) -> None:
+async def test_what_does_not_move_last_activity(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    freeze_store_clock(monkeypatch, T0)
     session = await new_session(store)
     message = await store.add_message(session.id, say("hello"))
     settled = await store.get_session(session.id)
     assert settled is not None
     activity = settled.last_activity_at
-    await asyncio.sleep(0.002)
+    # Any write below that moved it would move it to this later instant.
+    freeze_store_clock(monkeypatch, T0 + timedelta(hours=1))
 
     async def unchanged() -> None:
         current = await store.get_session(session.id)

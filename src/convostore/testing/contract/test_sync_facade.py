@@ -77,7 +77,7 @@ def test_close_releases_the_store_and_data_persists(backend: BackendUnderTest) -
     store.add_message(session.id, say("kept"))
     store.close()
     if not persistent:
-        return
+        pytest.skip("the backend keeps nothing after close")
     with convostore.sync.connect(backend()) as reopened:
         assert [m.content for m in reopened.messages(session.id)] == ["kept"]
 
