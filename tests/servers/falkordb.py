@@ -16,10 +16,8 @@ the tests at an existing server instead (``falkordb://host:port``).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.util
-import os
 import shutil
 import socket
 import subprocess
@@ -28,7 +26,8 @@ import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
-from urllib.parse import urlsplit, urlunsplit
+
+from tests.servers.shared import ExternalServer, ServerUnavailable, SharedServer
 
 __all__ = [
     "DURABLE_SETTINGS",
@@ -47,10 +46,6 @@ SERVER_URL_VARIABLE: Final = "CONVOSTORE_TEST_FALKORDB_URL"
 DURABLE_SETTINGS: Final = {"appendonly": "yes", "appendfsync": "always", "save": ""}
 _READY: Final = "Ready to accept connections"
 _START_TIMEOUT = 60.0
-
-
-class ServerUnavailable(Exception):
-    """The server cannot be started here; the message says why."""
 
 
 def binaries() -> tuple[Path, Path]:
@@ -199,55 +194,16 @@ def _drain(process: subprocess.Popen[str]) -> None:
             pass
 
 
-class ExternalServer:
-    """A server someone else runs, named by its URL: never started or stopped here."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    def url(self, graph: str = "convostore") -> str:
-        parts = urlsplit(self._url)
-        return urlunsplit(parts._replace(path=f"/{graph}"))
-
-    def start(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-
 TestServer = FalkorDBServer | ExternalServer
 
-_shared: TestServer | None = None
-_shared_failure: ServerUnavailable | None = None
+_shared = SharedServer(SERVER_URL_VARIABLE, FalkorDBServer, default="convostore")
 
 
 def shared_server() -> TestServer:
-    """The session's server: ``CONVOSTORE_TEST_FALKORDB_URL`` if set, else one
-    `FalkorDBServer` started on first call (and stopped by `stop_shared_server`, or at
-    exit). Raises `ServerUnavailable`, the same every call, when it cannot start."""
-    global _shared, _shared_failure
-    if _shared is not None:
-        return _shared
-    if _shared_failure is not None:
-        raise _shared_failure
-    external = os.environ.get(SERVER_URL_VARIABLE)
-    if external:
-        _shared = ExternalServer(external)
-        return _shared
-    server = FalkorDBServer()
-    try:
-        server.start()
-    except ServerUnavailable as failure:
-        _shared_failure = failure
-        raise
-    atexit.register(server.stop)
-    _shared = server
-    return server
+    """The session\'s server (see `SharedServer`): ``CONVOSTORE_TEST_FALKORDB_URL`` if set, else
+    one `FalkorDBServer` started on first call."""
+    return _shared.get()
 
 
 def stop_shared_server() -> None:
-    global _shared
-    if _shared is not None:
-        _shared.stop()
-        _shared = None
+    _shared.stop()

@@ -16,8 +16,6 @@ may create and drop databases.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import itertools
 import os
 import pwd
@@ -29,7 +27,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
-from urllib.parse import urlsplit, urlunsplit
+
+from tests.servers.shared import ExternalServer, ServerUnavailable, SharedServer
 
 __all__ = [
     "SERVER_URL_VARIABLE",
@@ -61,10 +60,6 @@ COMMON_SETTINGS: Final = {
 _START_TIMEOUT_S = 90.0
 _STOP_TIMEOUT_S = 60.0
 _COMMAND_TIMEOUT_S = 180
-
-
-class ServerUnavailable(Exception):
-    """The server cannot be started here; the message says why."""
 
 
 def _program(name: str) -> str:
@@ -283,58 +278,16 @@ class MariaDBServer:
             self.directory = None
 
 
-class ExternalServer:
-    """A server someone else runs, named by its URL: never started or stopped here."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    def url(self, database: str | None = None) -> str:
-        if database is None:
-            return self._url
-        parts = urlsplit(self._url)
-        return urlunsplit(parts._replace(path=f"/{database}"))
-
-    def start(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-
 TestServer = MariaDBServer | ExternalServer
 
-_shared: TestServer | None = None
-_shared_failure: ServerUnavailable | None = None
+_shared = SharedServer(SERVER_URL_VARIABLE, MariaDBServer)
 
 
 def shared_server() -> TestServer:
-    """The session's server: ``CONVOSTORE_TEST_MYSQL_URL`` if set, else one
-    `MariaDBServer` started on first call (and stopped by `stop_shared_server`, or at
-    exit). Raises `ServerUnavailable`, the same every call, when it cannot start."""
-    global _shared, _shared_failure
-    if _shared is not None:
-        return _shared
-    if _shared_failure is not None:
-        raise _shared_failure
-    external = os.environ.get(SERVER_URL_VARIABLE)
-    if external:
-        _shared = ExternalServer(external)
-        return _shared
-    server = MariaDBServer()
-    try:
-        server.start()
-    except ServerUnavailable as failure:
-        _shared_failure = failure
-        raise
-    atexit.register(server.stop)
-    _shared = server
-    return server
+    """The session\'s server (see `SharedServer`): ``CONVOSTORE_TEST_MYSQL_URL`` if set, else
+    one `MariaDBServer` started on first call."""
+    return _shared.get()
 
 
 def stop_shared_server() -> None:
-    global _shared
-    if _shared is not None:
-        with contextlib.suppress(ServerUnavailable):
-            _shared.stop()
-        _shared = None
+    _shared.stop()

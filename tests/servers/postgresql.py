@@ -16,7 +16,6 @@ points the tests at an existing server instead, whose superuser URL it must be.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.util
 import itertools
@@ -29,7 +28,8 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Self
-from urllib.parse import urlsplit, urlunsplit
+
+from tests.servers.shared import ExternalServer, ServerUnavailable, SharedServer
 
 __all__ = [
     "SERVER_URL_VARIABLE",
@@ -51,10 +51,6 @@ FAST_SETTINGS: Final = {"fsync": "off", "synchronous_commit": "off", "full_page_
 # Each store keeps a small pool, and a test may open several stores at once.
 COMMON_SETTINGS: Final = {"max_connections": "300", "listen_addresses": "127.0.0.1"}
 _COMMAND_TIMEOUT = 120
-
-
-class ServerUnavailable(Exception):
-    """The server cannot be started here; the message says why."""
 
 
 def binaries() -> Path:
@@ -277,58 +273,16 @@ class PostgresServer:
             self.directory = None
 
 
-class ExternalServer:
-    """A server someone else runs, named by its superuser URL: never started or stopped
-    here."""
-
-    def __init__(self, url: str) -> None:
-        self._url = url
-
-    def url(self, database: str | None = None) -> str:
-        if database is None:
-            return self._url
-        parts = urlsplit(self._url)
-        return urlunsplit(parts._replace(path=f"/{database}"))
-
-    def start(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        return None
-
-
 TestServer = PostgresServer | ExternalServer
 
-_shared: TestServer | None = None
-_shared_failure: ServerUnavailable | None = None
+_shared = SharedServer(SERVER_URL_VARIABLE, PostgresServer)
 
 
 def shared_server() -> TestServer:
-    """The session's server: ``CONVOSTORE_TEST_POSTGRESQL_URL`` if set, else one
-    `PostgresServer` started on first call (and stopped by `stop_shared_server`, or at
-    exit). Raises `ServerUnavailable`, the same every call, when it cannot start."""
-    global _shared, _shared_failure
-    if _shared is not None:
-        return _shared
-    if _shared_failure is not None:
-        raise _shared_failure
-    external = os.environ.get(SERVER_URL_VARIABLE)
-    if external:
-        _shared = ExternalServer(external)
-        return _shared
-    server = PostgresServer()
-    try:
-        server.start()
-    except ServerUnavailable as failure:
-        _shared_failure = failure
-        raise
-    atexit.register(server.stop)
-    _shared = server
-    return server
+    """The session\'s server (see `SharedServer`): ``CONVOSTORE_TEST_POSTGRESQL_URL`` if set, else
+    one `PostgresServer` started on first call."""
+    return _shared.get()
 
 
 def stop_shared_server() -> None:
-    global _shared
-    if _shared is not None:
-        _shared.stop()
-        _shared = None
+    _shared.stop()
