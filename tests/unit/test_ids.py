@@ -38,11 +38,19 @@ def test_new_id_carries_the_current_unix_millisecond() -> None:
     assert before <= uuid7_time_ms(value) <= after
 
 
-def test_ids_made_later_carry_later_times() -> None:
+def test_ids_made_later_carry_later_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A clock set forward by hand: the later id carries the later millisecond exactly.
+    # The generator's memory of the last id is restored afterwards, so the clock set
+    # ahead here moves no later test's ids.
+    now_ms = time.time_ns() // 1_000_000 + 1_000
+    monkeypatch.setattr("convostore.ids.time.time_ns", lambda: now_ms * 1_000_000)
+    monkeypatch.setattr(convostore.ids, "_last_ms", convostore.ids._last_ms)
+    monkeypatch.setattr(convostore.ids, "_last_random", convostore.ids._last_random)
     first = new_id()
-    time.sleep(0.003)
+    now_ms += 3
     second = new_id()
-    assert uuid7_time_ms(second) > uuid7_time_ms(first)
+    assert uuid7_time_ms(first) == now_ms - 3
+    assert uuid7_time_ms(second) == now_ms
     assert second > first
 
 

@@ -29,6 +29,7 @@ from convostore import (
     MessageStatus,
     MessageWrite,
     Role,
+    Session,
     SessionExistsError,
     SessionNotFoundError,
     Store,
@@ -90,9 +91,38 @@ def wrap_add_message(
     monkeypatch.setattr(store, "add_message", add_message)
 
 
-async def slow_writes(original: AddMessage, session_id: str, write: MessageWrite) -> Message:
-    await asyncio.sleep(0.005)
-    return await original(session_id, write)
+class HeldWrites:
+    """A slow database without a clock: every write waits until `release_soon` lets
+    them all through, so a test sees them queued and then finished, in that order; each
+    then takes a turn of the loop, as a round trip to a database does."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+
+    async def __call__(self, original: AddMessage, session_id: str, write: MessageWrite) -> Message:
+        await self.released.wait()
+        await let_other_tasks_run(1)
+        return await original(session_id, write)
+
+    def release_soon(self) -> None:
+        """Release the writes on the loop's next turn, once the caller is waiting."""
+        asyncio.get_running_loop().call_soon(self.released.set)
+
+
+@pytest.fixture
+async def held() -> AsyncIterator[HeldWrites]:
+    """Writes held until the test releases them (request it after the store's fixtures:
+    its teardown runs first, so a failed test leaves nothing held for their flush)."""
+    gate = HeldWrites()
+    yield gate
+    gate.released.set()
+
+
+async def let_other_tasks_run(turns: int) -> None:
+    """Yield to the event loop ``turns`` times (each turn every ready task takes a step);
+    a zero-length yield orders nothing by time."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
 
 
 @pytest.fixture
@@ -366,7 +396,7 @@ async def test_order_is_kept_under_200_rapid_adds_with_slow_uneven_writes(
         in_flight += 1
         most_in_flight = max(most_in_flight, in_flight)
         try:
-            await asyncio.sleep(jitter.choice((0, 0, 0.001, 0.003)))
+            await let_other_tasks_run(jitter.choice((0, 0, 1, 3)))
             return await original(session_id, write)
         finally:
             in_flight -= 1
@@ -428,17 +458,19 @@ async def test_flush_waits_for_slow_writes_and_async_listeners(
     store: Store,
     factory: ConversationFactory,
     chat: StoredConversation,
+    held: HeldWrites,
 ) -> None:
-    wrap_add_message(monkeypatch, store, slow_writes)
+    wrap_add_message(monkeypatch, store, held)
     heard: list[ConversationEvent] = []
 
     async def slow_listener(event: ConversationEvent) -> None:
-        await asyncio.sleep(0.01)
+        await held.released.wait()
         heard.append(event)
 
     factory.subscribe(slow_listener)
     added = [chat.add(UserMessage(f"m{n}")) for n in range(5)]
-    assert chat.pending > 0
+    assert chat.pending == len(added) + 1  # and the interim title, queued behind them
+    held.release_soon()
     await chat.flush()
 
     assert chat.pending == 0
@@ -454,15 +486,18 @@ async def test_flush_waits_for_slow_writes_and_async_listeners(
 async def test_closing_the_store_flushes_pending_writes_first(
     monkeypatch: pytest.MonkeyPatch,
     connect_store: StoreFactory,
+    held: HeldWrites,
 ) -> None:
     store = await connect_store()
     factory = ConversationFactory(store)
     recorder = Recorder()
     factory.subscribe(recorder)
     chat = await factory.create_for_participants(None, ALICE, AGENT)
-    wrap_add_message(monkeypatch, store, slow_writes)
+    wrap_add_message(monkeypatch, store, held)
     added = [chat.add(UserMessage(f"m{n}")) for n in range(20)]
+    assert chat.pending == len(added) + 1  # and the interim title, queued behind them
 
+    held.release_soon()
     await store.close()
 
     assert [e.message.id for e in recorder.with_status(MessageStatus.PERSISTED)] == added
@@ -810,7 +845,7 @@ async def test_a_failing_title_generator_is_logged_and_keeps_the_title(
 
 
 async def test_a_slow_title_generator_delays_no_write_and_the_latest_title_wins(
-    store: Store,
+    monkeypatch: pytest.MonkeyPatch, store: Store
 ) -> None:
     first_may_finish = asyncio.Event()
 
@@ -819,18 +854,40 @@ async def test_a_slow_title_generator_delays_no_write_and_the_latest_title_wins(
             await first_may_finish.wait()
         return f"About {message.content}"
 
+    # Both messages and the second title are written while the first title is still
+    # being generated: each write sets its event, and the test waits for both.
+    both_persisted = asyncio.Event()
+    second_title_written = asyncio.Event()
+    set_title = store.set_title
+
+    async def noting_set_title(session_id: str, title: str | None) -> Session:
+        session = await set_title(session_id, title)
+        if title == "About second":
+            second_title_written.set()
+        return session
+
+    monkeypatch.setattr(store, "set_title", noting_set_title)
     factory = ConversationFactory(store, title_generator=generate)
     recorder = Recorder()
     factory.subscribe(recorder)
+
+    def note_persisted(event: ConversationEvent) -> None:
+        if len(recorder.with_status(MessageStatus.PERSISTED)) == 2:
+            both_persisted.set()
+
+    factory.subscribe(note_persisted)
     chat = await factory.create(owner=ALICE)
     added = [chat.add(UserMessage("first")), chat.add(UserMessage("second"))]
-    for _ in range(500):
-        if chat.pending == 0 and chat.title == "About second":
-            break
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(60):
+        await both_persisted.wait()
+        await second_title_written.wait()
 
+    assert not first_may_finish.is_set()
     assert [e.message.id for e in recorder.with_status(MessageStatus.PERSISTED)] == added
     assert chat.title == "About second"
+    stored = await store.get_session(chat.session_id)
+    assert stored is not None
+    assert stored.title == "About second"
     first_may_finish.set()
     await chat.flush()
     assert chat.title == "About second"
