@@ -58,8 +58,11 @@ from convostore.backends.postgresql import (
     PostgreSQLTarget,
     parse_postgresql_url,
 )
+from convostore.backends.postgresql import schema as pg_schema
 from convostore.backends.postgresql import search as pg_search
 from convostore.backends.postgresql.rows import search_terms
+from convostore.backends.postgresql.statements import STATEMENTS as PG_STATEMENTS
+from convostore.backends.postgresql.statements import VALUE_DIGEST
 
 ADA = User("ada", "Ada")
 BOB = User("bob", "Bob")
@@ -323,6 +326,66 @@ async def test_a_newer_schema_is_refused_before_anything_is_written(
         ),
     )
     assert keys == [(0,)]
+
+
+async def test_schema_3_indexes_metadata_values_by_sha256_and_upgrades_a_database(
+    server: TestServer, stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIPS-mode server refuses md5(): an existing database at schema version 2 (values
+    indexed by MD5) is upgraded at connect, its entries kept and found by SHA-256."""
+    with monkeypatch.context() as old_code:
+        old_code.setattr(pg_schema, "MIGRATIONS", pg_schema.MIGRATIONS[:2])
+        old_code.setattr(pg_schema, "SCHEMA_VERSION", 2)
+        # The lookups of the code that wrote version 2.
+        old_code.setattr(
+            PG_STATEMENTS,
+            "sessions_by_metadata",
+            PG_STATEMENTS.sessions_by_metadata.replace(VALUE_DIGEST + "(", "md5("),
+        )
+        old = await stores.open(indexed_metadata=["tenant"])
+        shared = "v" * 3000
+        long_a = await old.create_session(ADA, metadata={"tenant": shared + "a"})
+        long_b = await old.create_session(ADA, metadata={"tenant": shared + "b"})
+        short = await old.create_session(ADA, metadata={"tenant": "acme"})
+        assert await old.find_sessions_by_metadata("tenant", shared + "a") == [long_a]
+        await old.close()
+    index_query = (
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = %s"
+        " AND indexname = 'session_metadata_by_value'"
+    )
+    [(before,)] = await admin_rows(server, index_query, stores.schema)
+    assert "md5(value)" in before
+
+    upgraded = await stores.open()
+    [(after,)] = await admin_rows(server, index_query, stores.schema)
+    assert "md5" not in after
+    assert f"{VALUE_DIGEST}(value)" in after
+    versions = await admin_rows(
+        server,
+        psycopg.sql.SQL("SELECT version FROM {} ORDER BY version").format(
+            psycopg.sql.Identifier(stores.schema, "convostore_schema")
+        ),
+    )
+    assert [v for (v,) in versions] == [1, 2, 3]
+    assert await upgraded.find_sessions_by_metadata("tenant", shared + "a") == [long_a]
+    assert await upgraded.find_sessions_by_metadata("tenant", shared + "b") == [long_b]
+    assert await upgraded.find_sessions_by_metadata("tenant", "acme") == [short]
+    assert await upgraded.find_sessions_by_metadata("tenant", shared) == []
+    later = await upgraded.create_session(BOB, metadata={"tenant": shared + "a"})
+    assert await upgraded.find_sessions_by_metadata("tenant", shared + "a") == [long_a, later]
+    # No statement the store runs names md5() any more.
+    assert "md5(" not in PG_STATEMENTS.sessions_by_metadata
+    # The lookup walks the digest index.
+    async with await psycopg.AsyncConnection.connect(server.url(), autocommit=True) as conn:
+        await conn.execute(
+            psycopg.sql.SQL("SET search_path = {}").format(psycopg.sql.Identifier(stores.schema))
+        )
+        await conn.execute("SET enable_seqscan = off")
+        plan = await conn.execute(
+            f"EXPLAIN SELECT session_id FROM session_metadata WHERE name = 'tenant'"
+            f" AND {VALUE_DIGEST}(value) = {VALUE_DIGEST}('acme')"
+        )
+        assert "session_metadata_by_value" in "\n".join(row[0] for row in await plan.fetchall())
 
 
 async def test_stores_connecting_at_once_migrate_once(server: TestServer, stores: Stores) -> None:

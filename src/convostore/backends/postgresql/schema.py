@@ -23,7 +23,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.errors import Error as DatabaseError
 
 from convostore.backends.migrations import pending
-from convostore.backends.postgresql.statements import STATEMENTS
+from convostore.backends.postgresql.statements import STATEMENTS, VALUE_DIGEST
 from convostore.backends.sql.decisions import backfill
 from convostore.backends.sql.statements import SESSION_INDEXES
 from convostore.errors import SchemaVersionError
@@ -135,6 +135,18 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE session_metadata DROP CONSTRAINT session_metadata_pkey",
         """CREATE UNIQUE INDEX session_metadata_by_value
             ON session_metadata (name, md5(value), session_id)""",
+    ),
+    (
+        # MD5 is refused by a server in FIPS mode: the index holds each value's SHA-256
+        # instead (built in since PostgreSQL 11). sha256() takes bytes, and the text's
+        # bytes depend on the database's encoding, which never changes once the
+        # database exists: this function of the schema is immutable, so it may index.
+        f"""CREATE FUNCTION {VALUE_DIGEST}(value text) RETURNS bytea
+            LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+            RETURN sha256(convert_to(value, 'UTF8'))""",
+        "DROP INDEX session_metadata_by_value",
+        f"""CREATE UNIQUE INDEX session_metadata_by_value
+            ON session_metadata (name, {VALUE_DIGEST}(value), session_id)""",
     ),
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -53,14 +53,19 @@ def _param(name: str, sql_type: str | None) -> str:
     return f"%({name})s" + ("" if sql_type is None else "::" + sql_type)
 
 
+# The schema's function that digests an indexed metadata value (see schema version 3).
+VALUE_DIGEST: Final = "convostore_value_digest"
+
 DIALECT: Final = Dialect(
     name="postgresql",
     param=_param,
     time_param=lambda when: when,
     rows=READER,
-    # The metadata index holds values of any length by their MD5 (a btree row has a
+    # The metadata index holds values of any length by their SHA-256 (a btree row has a
     # size limit): the digest finds the rows, the values are then compared whole.
-    value_equals=lambda column, marker: f"md5({column}) = md5({marker}) AND {column} = {marker}",
+    value_equals=lambda column, marker: (
+        f"{VALUE_DIGEST}({column}) = {VALUE_DIGEST}({marker}) AND {column} = {marker}"
+    ),
 )
 STATEMENTS: Final = Statements(DIALECT)
 
