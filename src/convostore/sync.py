@@ -236,15 +236,15 @@ class SyncStore(SyncStoreBase):
 
     def find_sessions_by_metadata(self, name: str, value: Any) -> list[Session]:
         """Sessions whose metadata ``name`` equals ``value``, compared as strings in full
-        (a non-string as its compact JSON), oldest first. Only keys named in the store's
-        ``indexed_metadata`` can be searched; others raise `NotIndexedError`."""
+        (a non-string as its compact JSON), oldest first. Only keys the database indexes
+        can be searched (whichever store added them); others raise `NotIndexedError`."""
         return self._run(self._target.find_sessions_by_metadata(name, value))
 
     def drop_metadata_index(self, name: str) -> bool:
         """Stop indexing the session metadata key ``name`` in the database, for every
         store on it (the keys belong to the database: connecting only adds keys). False
-        when it was not indexed. Stores already connected keep answering from what is
-        left until they reconnect; searching by ``name`` here raises `NotIndexedError`."""
+        when it was not indexed. Searching by ``name`` then raises `NotIndexedError`,
+        here and in every other store."""
         return self._run(self._target.drop_metadata_index(name))
 
     def delete_expired(self, before: datetime | None = None) -> int:

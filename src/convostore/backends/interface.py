@@ -32,7 +32,8 @@ Rules every primitive keeps:
   million events reads about n events plus the turn it extends into).
 - **Metadata index.** The keys indexed for `find_sessions_by_metadata` belong to the
   database, not to a store: `add_indexed_keys` (run at every connect) adds and
-  backfills keys, only `remove_indexed_key` (an explicit call) drops one. Writes index
+  backfills keys, only `remove_indexed_key` (an explicit call) drops one; every store
+  sees the keys another store added or dropped (`indexed_keys`). Writes index
   the entries the store computed (``indexed_metadata`` of `NewSession` /
   `SessionChanges`): values compared as strings in full.
 - **Expiry.** A session is expired at ``t`` iff ``expires_at < t``. Deleting a session
@@ -341,6 +342,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def remove_indexed_key(self, key: str) -> bool:
         """Stop indexing ``key`` and delete its entries. False if it was not indexed."""
+
+    async def indexed_keys(self) -> frozenset[str]:
+        """Every key the database indexes now, whichever store added it. The store reads
+        it again when a lookup names a key it did not know of, or finds nothing (another
+        store may have added or dropped that key). By default `add_indexed_keys` with
+        no key to add; a backend may read it more cheaply."""
+        return await self.add_indexed_keys(frozenset())
 
     # ---------------------------------------------------------------- the log
 

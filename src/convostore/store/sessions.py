@@ -207,27 +207,41 @@ class SessionOperations(StoreBase):
 
     async def find_sessions_by_metadata(self, name: str, value: Any) -> list[Session]:
         """Sessions whose metadata ``name`` equals ``value``, compared as strings in full
-        (a non-string as its compact JSON), oldest first. Only keys named in the store's
-        ``indexed_metadata`` can be searched; others raise `NotIndexedError`."""
+        (a non-string as its compact JSON), oldest first. Only keys the database indexes
+        can be searched (whichever store added them); others raise `NotIndexedError`."""
         self._check_open()
+        if name not in self.indexed_metadata:
+            await self._read_indexed_keys()
+            self._require_indexed(name)
+        wanted = _json.check_text(_json.index_value(value), "metadata value")
+        found = await self.backend.find_sessions_by_metadata(name, wanted)
+        if not found:
+            # Nothing found may mean another store dropped the key: say so if it did.
+            await self._read_indexed_keys()
+            self._require_indexed(name)
+        return found
+
+    async def drop_metadata_index(self, name: str) -> bool:
+        """Stop indexing the session metadata key ``name`` in the database, for every
+        store on it (the keys belong to the database: connecting only adds keys). False
+        when it was not indexed. Searching by ``name`` then raises `NotIndexedError`,
+        here and in every other store."""
+        self._check_open()
+        key = check_indexed_keys([name])
+        removed = await self.backend.remove_indexed_key(next(iter(key)))
+        await self._read_indexed_keys()
+        return removed
+
+    async def _read_indexed_keys(self) -> None:
+        """Learn the keys the database indexes now (other stores add and drop them)."""
+        self.indexed_metadata = await self.backend.indexed_keys()
+
+    def _require_indexed(self, name: str) -> None:
         if name not in self.indexed_metadata:
             raise NotIndexedError(
                 f"metadata key {name!r} is not indexed; pass it in connect(..., "
                 "indexed_metadata=[...]) to search by it"
             )
-        wanted = _json.check_text(_json.index_value(value), "metadata value")
-        return await self.backend.find_sessions_by_metadata(name, wanted)
-
-    async def drop_metadata_index(self, name: str) -> bool:
-        """Stop indexing the session metadata key ``name`` in the database, for every
-        store on it (the keys belong to the database: connecting only adds keys). False
-        when it was not indexed. Stores already connected keep answering from what is
-        left until they reconnect; searching by ``name`` here raises `NotIndexedError`."""
-        self._check_open()
-        key = check_indexed_keys([name])
-        removed = await self.backend.remove_indexed_key(next(iter(key)))
-        self.indexed_metadata = self.indexed_metadata - key
-        return removed
 
     async def delete_expired(self, before: datetime | None = None) -> int:
         """Delete every session with ``expires_at < before`` (default: now), with its

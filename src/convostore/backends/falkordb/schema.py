@@ -114,6 +114,11 @@ async def _indexed_keys(run: Run) -> set[str]:
     return set(keys or ())
 
 
+async def indexed_keys(run: Run) -> frozenset[str]:
+    """Every key the graph indexes now."""
+    return frozenset(await _indexed_keys(run))
+
+
 async def add_indexed_keys(run: Run, keys: frozenset[str]) -> frozenset[str]:
     """Index ``keys`` too, backfilling those not yet indexed; every indexed key."""
     indexed = await _indexed_keys(run)

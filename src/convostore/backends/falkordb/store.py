@@ -172,6 +172,9 @@ class FalkorDBBackend(CypherBackend):
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         return await schema.add_indexed_keys(self._schema_query, keys)
 
+    async def indexed_keys(self) -> frozenset[str]:
+        return await schema.indexed_keys(self._read_query)
+
     async def remove_indexed_key(self, key: str) -> bool:
         return await schema.remove_indexed_key(self._schema_query, key)
 

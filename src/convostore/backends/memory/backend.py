@@ -268,6 +268,10 @@ class MemoryBackend(Backend):
             self._indexed_keys |= keys
             return self._indexed_keys
 
+    async def indexed_keys(self) -> frozenset[str]:
+        with self._lock:
+            return self._indexed_keys
+
     async def remove_indexed_key(self, key: str) -> bool:
         with self._lock:
             indexed = key in self._indexed_keys

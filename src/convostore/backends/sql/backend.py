@@ -124,6 +124,10 @@ class SQLBackend(Backend):
         rows = await self._fetch_all(self.statements.sessions_by_metadata, parameters)
         return [self.rows.session(row) for row in rows]
 
+    async def indexed_keys(self) -> frozenset[str]:
+        rows = await self._fetch_all(self.statements.select_indexed_keys, {})
+        return frozenset(str(row[0]) for row in rows)
+
     # ---------------------------------------------------------------- the log
 
     async def version(self, session_id: str) -> int:

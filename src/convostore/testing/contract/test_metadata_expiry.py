@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -9,7 +13,7 @@ from typing import Any
 import pytest
 
 from convostore import InvalidArgumentError, NotIndexedError, Session, Store
-from convostore.testing.fixtures import StoreFactory
+from convostore.testing.fixtures import BackendUnderTest, StoreFactory
 from convostore.testing.helpers import AGENT, MINUS_7, new_session, say
 
 VALUES: list[tuple[str, Any]] = [
@@ -173,6 +177,85 @@ async def test_indexed_keys_belong_to_the_database(
         await plain.find_sessions_by_metadata("tenant", "acme")
     later = await connect_store()
     assert later.indexed_metadata == {"topic", "colour"}
+
+
+class KeysElsewhere:
+    """Adds and drops indexed keys of the test's database from another store object, or
+    from another process (a store connected there, then closed)."""
+
+    def __init__(self, where: str, connect_store: StoreFactory, url: str) -> None:
+        self.where, self.connect_store, self.url = where, connect_store, url
+        self.other: Store | None = None
+
+    async def add(self, key: str) -> None:
+        if self.where == "store":
+            self.other = await self.connect_store(indexed_metadata=[key])
+        else:
+            await self._in_another_process(add=[key])
+
+    async def drop(self, key: str) -> None:
+        if self.other is not None:
+            assert await self.other.drop_metadata_index(key) is True
+        else:
+            await self._in_another_process(drop=[key])
+
+    async def _in_another_process(self, add: Sequence[str] = (), drop: Sequence[str] = ()) -> None:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            _KEYS_SCRIPT,
+            json.dumps({"url": self.url, "add": list(add), "drop": list(drop)}),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        output, _ = await child.communicate()
+        assert child.returncode == 0, output.decode(errors="replace")
+
+
+_KEYS_SCRIPT = """
+import asyncio, json, sys
+import convostore
+
+async def main(job):
+    store = await convostore.connect(job["url"], indexed_metadata=job["add"])
+    async with store:
+        for key in job["drop"]:
+            assert await store.drop_metadata_index(key), key
+
+asyncio.run(main(json.loads(sys.argv[1])))
+"""
+
+
+@pytest.mark.parametrize("where", ["store", "process"])
+async def test_a_connected_store_sees_the_keys_others_add_and_drop(
+    indexed_store: Store, connect_store: StoreFactory, backend: BackendUnderTest, where: str
+) -> None:
+    if not indexed_store.capabilities.cross_process:
+        pytest.skip("the backend shares no database between store objects or processes")
+    elsewhere = KeysElsewhere(where, connect_store, backend())
+    session = await new_session(indexed_store, metadata={"tenant": "acme", "colour": "red"})
+    assert "colour" not in indexed_store.indexed_metadata
+
+    # A key added elsewhere after this store connected is found here, backfilled.
+    await elsewhere.add("colour")
+    assert await indexed_store.find_sessions_by_metadata("colour", "red") == [session]
+    assert indexed_store.indexed_metadata == {"tenant", "topic", "colour"}
+    assert await indexed_store.find_sessions_by_metadata("colour", "blue") == []
+
+    # A key dropped elsewhere is refused here, not answered with nothing.
+    assert await indexed_store.find_sessions_by_metadata("tenant", "acme") == [session]
+    await elsewhere.drop("tenant")
+    with pytest.raises(NotIndexedError):
+        await indexed_store.find_sessions_by_metadata("tenant", "acme")
+    assert indexed_store.indexed_metadata == {"topic", "colour"}
+
+    # A drop here is seen elsewhere.
+    assert await indexed_store.drop_metadata_index("colour") is True
+    assert indexed_store.indexed_metadata == {"topic"}
+    if elsewhere.other is not None:
+        with pytest.raises(NotIndexedError):
+            await elsewhere.other.find_sessions_by_metadata("colour", "red")
+        assert elsewhere.other.indexed_metadata == {"topic"}
 
 
 async def test_a_dropped_key_is_no_longer_searchable(indexed_store: Store) -> None:
