@@ -181,6 +181,57 @@ async def test_a_newer_schema_is_refused(store: Store, url: str) -> None:
         await convostore.connect(url)
 
 
+# ---------------------------------------------------------------------------- indexed keys
+
+
+async def _entries(store: Store) -> dict[str, list[str]]:
+    rows = (
+        await falkor_of(store).graph.query(
+            "MATCH (s:Session) RETURN s.id, s.metadata_entries ORDER BY s.id"
+        )
+    ).result_set
+    return {session_id: sorted(entries or []) for session_id, entries in rows}
+
+
+async def test_adding_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_same(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await convostore.connect(url, indexed_metadata=["tenant"])
+    try:
+        for n in range(5):
+            await store.create_session(ADA, metadata={"tenant": f"t{n % 2}", "colour": f"c{n}"})
+        backend = falkor_of(store)
+        writes: list[tuple[str, dict[str, Any]]] = []
+        run = backend._run
+
+        async def counting(query: str, parameters: dict[str, Any], *, write: bool) -> Any:
+            if " SET " in query:  # the schema's reads run as writes too; these write
+                writes.append((query, parameters))
+            return await run(query, parameters, write=write)
+
+        monkeypatch.setattr(backend, "_run", counting)
+        # One write query is one transaction on FalkorDB: a failure (or a crash) leaves
+        # the key recorded with every entry, or neither.
+        assert await backend.add_indexed_keys(frozenset({"colour"})) == {"tenant", "colour"}
+        assert len(writes) == 1
+        added = await _entries(store)
+        assert all(len(entries) == 2 for entries in added.values())
+        # A retry after a lost reply runs the same query again: nothing doubles.
+        await run(*writes[0], write=True)
+        assert await _entries(store) == added
+        assert await backend.indexed_keys() == {"tenant", "colour"}
+        writes.clear()
+        assert await backend.remove_indexed_key("tenant") is True
+        assert len(writes) == 1
+        assert all(len(entries) == 1 for entries in (await _entries(store)).values())
+        assert await backend.remove_indexed_key("tenant") is False
+        assert await backend.indexed_keys() == {"colour"}
+        (found,) = await store.find_sessions_by_metadata("colour", "c3")
+        assert found.metadata["colour"] == "c3"
+    finally:
+        await store.close()
+
+
 # ---------------------------------------------------------------------------- graph model
 
 

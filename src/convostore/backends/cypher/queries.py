@@ -318,15 +318,7 @@ DELETE_EXPIRED: Final = (
 SESSIONS_BY_METADATA: Final = (
     f"MATCH (s:Session) WHERE $entry IN s.metadata_entries RETURN {SESSION_COLUMNS} ORDER BY s.id"
 )
-SESSIONS_WITH_METADATA: Final = (
-    "MATCH (s:Session) RETURN s.id, s.metadata, s.metadata_entries ORDER BY s.id"
-)
-# A session's entries, rewritten at connect for a new set of indexed keys, unless its
-# metadata changed since it was read.
-SET_METADATA_ENTRIES: Final = (
-    "UNWIND $rows AS row MATCH (s:Session {id: row.id}) WHERE s.metadata = row.metadata"
-    " SET s.metadata_entries = row.entries"
-)
+SESSIONS_WITH_METADATA: Final = "MATCH (s:Session) RETURN s.id, s.metadata ORDER BY s.id"
 FIND_PART: Final = (
     "MATCH (s:Session) WHERE s.part_of = $part_of AND s.held_with = $held_with"
     f" RETURN {SESSION_COLUMNS} ORDER BY s.id LIMIT 1"
@@ -545,10 +537,29 @@ READ_SCHEMA: Final = (
     " c.vector_dimensions, c.vector_metric, c.vector_model"
 )
 RECORD_VERSION: Final = f"MERGE (c:{SCHEMA_LABEL} {{key: $key}}) SET c.version = $version"
-RECORD_INDEXED_KEYS: Final = f"MATCH (c:{SCHEMA_LABEL} {{key: $key}}) SET c.indexed_keys = $keys"
-DROP_KEY_ENTRIES: Final = (
-    "MATCH (s:Session) WHERE any(entry IN s.metadata_entries WHERE entry STARTS WITH $prefix)"
-    " SET s.metadata_entries = [entry IN s.metadata_entries WHERE NOT entry STARTS WITH $prefix]"
+# Adding keys is one query, so one transaction: the keys join the recorded ones and
+# each session read with a value for one gets its entries, unless its metadata changed
+# since it was read. Run again it writes the same: the added keys' old entries go first.
+ADD_INDEXED_KEYS: Final = (
+    f"MATCH (c:{SCHEMA_LABEL} {{key: $key}})"
+    " SET c.indexed_keys = coalesce(c.indexed_keys, [])"
+    " + [k IN $added WHERE NOT k IN coalesce(c.indexed_keys, [])]"
+    " WITH count(c) AS recorded UNWIND $rows AS row"
+    " MATCH (s:Session {id: row.id}) WHERE s.metadata = row.metadata"
+    " SET s.metadata_entries = [entry IN coalesce(s.metadata_entries, [])"
+    " WHERE NOT any(prefix IN $prefixes WHERE entry STARTS WITH prefix)] + row.entries"
+)
+# Dropping a key is one query: it leaves the recorded keys and every entry of it goes.
+# Returns 1 when the key was indexed, else 0 (and nothing is written).
+REMOVE_INDEXED_KEY: Final = (
+    f"MATCH (c:{SCHEMA_LABEL} {{key: $key}}) WHERE $name IN coalesce(c.indexed_keys, [])"
+    " SET c.indexed_keys = [k IN c.indexed_keys WHERE k <> $name]"
+    " WITH c OPTIONAL MATCH (s:Session)"
+    " WHERE any(entry IN s.metadata_entries WHERE entry STARTS WITH $prefix)"
+    " WITH c, collect(s) AS sessions"
+    " FOREACH (s IN sessions | SET s.metadata_entries ="
+    " [entry IN s.metadata_entries WHERE NOT entry STARTS WITH $prefix])"
+    " RETURN count(c)"
 )
 # Records the vector index: where none is ($replace false) or in place of what is.
 RECORD_VECTOR_INDEX: Final = (

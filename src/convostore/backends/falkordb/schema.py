@@ -120,32 +120,28 @@ async def indexed_keys(run: Run) -> frozenset[str]:
 
 
 async def add_indexed_keys(run: Run, keys: frozenset[str]) -> frozenset[str]:
-    """Index ``keys`` too, backfilling those not yet indexed; every indexed key."""
+    """Index ``keys`` too, backfilling those not yet indexed, in one query (so one
+    transaction, and a rerun after a failure writes the same); every indexed key."""
     indexed = await _indexed_keys(run)
     added = sorted(keys - indexed)
     if not added:
         return frozenset(indexed)
     rows = []
-    for session_id, metadata, entries in await run(q.SESSIONS_WITH_METADATA, {}):
+    for session_id, metadata in await run(q.SESSIONS_WITH_METADATA, {}):
         values = loads(metadata)
         new = [metadata_entry(name, index_value(values[name])) for name in added if name in values]
         if new:
-            kept = [e for e in entries or () if e.split("=", 1)[0] not in added]
-            rows.append({"id": session_id, "metadata": metadata, "entries": kept + new})
-    if rows:
-        await run(q.SET_METADATA_ENTRIES, {"rows": rows})
-    await run(q.RECORD_INDEXED_KEYS, {**_KEY, "keys": sorted(indexed | keys)})
+            rows.append({"id": session_id, "metadata": metadata, "entries": new})
+    prefixes = [f"{name}=" for name in added]
+    await run(q.ADD_INDEXED_KEYS, {**_KEY, "added": added, "prefixes": prefixes, "rows": rows})
     return frozenset(indexed | keys)
 
 
 async def remove_indexed_key(run: Run, key: str) -> bool:
-    """Stop indexing ``key`` and drop its entries; False if it was not indexed."""
-    indexed = await _indexed_keys(run)
-    if key not in indexed:
-        return False
-    await run(q.DROP_KEY_ENTRIES, {"prefix": f"{key}="})
-    await run(q.RECORD_INDEXED_KEYS, {**_KEY, "keys": sorted(indexed - {key})})
-    return True
+    """Stop indexing ``key`` and drop its entries, in one query; False if it was not
+    indexed."""
+    rows = await run(q.REMOVE_INDEXED_KEY, {**_KEY, "name": key, "prefix": f"{key}="})
+    return bool(rows and rows[0][0])
 
 
 async def read_vector_index(run: Run) -> VectorIndexSpec | None:
