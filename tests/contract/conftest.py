@@ -167,12 +167,6 @@ DIVERGENCES: list[Divergence] = [
         "a MariaDB store collected without close() keeps its pool's sockets open: its "
         "backend gives no release_when_dropped",
     ),
-    Divergence(
-        "falkordb",
-        "test_limits.py::test_stores_dropped_without_close_release_their_threads",
-        "a FalkorDB store collected without close() keeps its connections' sockets open: "
-        "its backend gives no release_when_dropped",
-    ),
 ]
 
 backend = backend_fixture(BACKENDS, DIVERGENCES)

@@ -4,7 +4,10 @@ asyncio API and a pool of connections; where the driver's errors end."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any, Self
 
 import redis.asyncio as aioredis
@@ -132,6 +135,10 @@ class FalkorDBBackend(CypherBackend):
         if pool is not None:
             await pool.aclose()
 
+    def release_when_dropped(self) -> Callable[[], None] | None:
+        pool = self._pool
+        return None if pool is None else functools.partial(_abort_connections, pool)
+
     @property
     def graph(self) -> AsyncGraph:
         """The client's graph object (for the store's own tests and benchmarks)."""
@@ -218,3 +225,18 @@ def translate_error(error: BaseException, where: str) -> StoreError:
 async def _no_graph(query: str, parameters: dict[str, Any]) -> Rows:
     """What a query of a graph that does not exist reads: nothing."""
     return []
+
+
+def _abort_connections(pool: aioredis.BlockingConnectionPool) -> None:
+    """Drop the pool's connections without awaiting, for a store collected without
+    close(): each transport stops being polled at once and the loop closes its socket on
+    its next turn. A connection whose loop is closed already is no longer polled."""
+    connections = [
+        *getattr(pool, "_available_connections", ()),
+        *getattr(pool, "_in_use_connections", ()),
+    ]
+    for connection in connections:
+        writer = getattr(connection, "_writer", None)
+        if writer is not None:
+            with contextlib.suppress(RuntimeError):
+                writer.transport.abort()
