@@ -236,11 +236,7 @@ def _attachment(value: Any) -> Attachment:
     return Attachment(
         id=_text(value, "id", "attachment"),
         filename=_text(value, "filename", "attachment"),
-        mime_type=value.get("mime_type") or "application/octet-stream",
-        size_bytes=_optional_int(value.get("size_bytes"), "size_bytes"),
-        content_hash=_optional_text(value, "content_hash", "attachment"),
-        storage_uri=_optional_text(value, "storage_uri", "attachment"),
-        created_at=time_from_json(value.get("created_at"), "attachment.created_at"),
+        **_file_fields(value, "attachment"),
     )
 
 
@@ -249,12 +245,20 @@ def _asset(value: Any) -> Asset:
     return Asset(
         asset_id=_text(value, "asset_id", "asset"),
         name=_text(value, "name", "asset"),
-        mime_type=value.get("mime_type") or "application/octet-stream",
-        size_bytes=_optional_int(value.get("size_bytes"), "size_bytes"),
-        content_hash=_optional_text(value, "content_hash", "asset"),
-        storage_uri=_optional_text(value, "storage_uri", "asset"),
-        created_at=time_from_json(value.get("created_at"), "asset.created_at"),
+        **_file_fields(value, "asset"),
     )
+
+
+def _file_fields(value: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """What an attachment and an asset both say of their file: its type, size, hash,
+    where it is stored and when it was made."""
+    return {
+        "mime_type": value.get("mime_type") or "application/octet-stream",
+        "size_bytes": _optional_int(value.get("size_bytes"), "size_bytes"),
+        "content_hash": _optional_text(value, "content_hash", kind),
+        "storage_uri": _optional_text(value, "storage_uri", kind),
+        "created_at": time_from_json(value.get("created_at"), f"{kind}.created_at"),
+    }
 
 
 def _data(value: Any) -> DataAttachment:

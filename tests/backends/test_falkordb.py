@@ -6,7 +6,6 @@ backend does is the contract suite's (tests/contract)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import itertools
 import os
 import subprocess
@@ -28,12 +27,10 @@ from convostore import (
     User,
 )
 from convostore.embedding import HashingEmbedder
+from tests.backends.support import missing_driver, server_unavailable
 
-if importlib.util.find_spec("falkordb") is None and os.environ.get("CI") != "true":
-    pytest.skip(
-        "the falkordb extra is not installed: pip install 'convostore[falkordb]'",
-        allow_module_level=True,
-    )
+if skip_reason := missing_driver("falkordb", "falkordb"):
+    pytest.skip(skip_reason, allow_module_level=True)
 
 from convostore.backends.falkordb import SCHEMA_VERSION, FalkorDBBackend, parse_falkordb_url
 from convostore.backends.falkordb.schema import indexes
@@ -44,18 +41,12 @@ PLANNER = User("planner", "Planner", kind="agent")
 _graphs = itertools.count(1)
 
 
-def unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"FalkorDB unavailable: {reason} (CI=true requires it)")
-    pytest.skip(f"FalkorDB unavailable: {reason}")
-
-
 @pytest.fixture(scope="module")
 def server() -> TestServer:
     try:
         return shared_server()
     except ServerUnavailable as why:
-        unavailable(str(why))
+        server_unavailable("falkordb", str(why))
         raise
 
 
@@ -85,7 +76,7 @@ def own_server() -> Iterator[FalkorDBServer]:
     try:
         server.start()
     except ServerUnavailable as why:
-        unavailable(str(why))
+        server_unavailable("falkordb", str(why))
     yield server
     server.stop()
 

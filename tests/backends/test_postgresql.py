@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import itertools
 import logging
 import os
@@ -33,6 +32,7 @@ from convostore import (
     User,
 )
 from convostore.embedding import HashingEmbedder, VectorIndexSpec
+from tests.backends.support import missing_driver, server_unavailable
 from tests.servers.postgresql import (
     PostgresServer,
     ServerUnavailable,
@@ -41,13 +41,8 @@ from tests.servers.postgresql import (
     stop_shared_server,
 )
 
-# Without the driver there is nothing here to test: skipped on a laptop, and under CI
-# (which installs every extra) the imports below fail the run.
-if importlib.util.find_spec("psycopg") is None and os.environ.get("CI") != "true":
-    pytest.skip(
-        "the postgresql extra is not installed: pip install 'convostore[postgresql]'",
-        allow_module_level=True,
-    )
+if skip_reason := missing_driver("psycopg", "postgresql"):
+    pytest.skip(skip_reason, allow_module_level=True)
 
 import psycopg
 from psycopg.pq import Trace
@@ -69,22 +64,12 @@ BOB = User("bob", "Bob")
 WRITERS = 8
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI") == "true"
-
-
-def unavailable(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"PostgreSQL unavailable: {reason} (CI=true requires it)")
-    pytest.skip(f"PostgreSQL unavailable: {reason}")
-
-
 @pytest.fixture(scope="session")
 def server() -> Iterator[TestServer]:
     try:
         started = shared_server()
     except ServerUnavailable as why:
-        unavailable(str(why))
+        server_unavailable("postgresql", str(why))
         raise AssertionError("unreachable") from why
     yield started
     stop_shared_server()
@@ -789,7 +774,7 @@ async def test_appends_that_returned_survive_a_server_restart() -> None:
         own = PostgresServer()
         own.start()
     except ServerUnavailable as why:
-        unavailable(str(why))
+        server_unavailable("postgresql", str(why))
         return
     try:
         url = own.url() + "?schema=restart&pool_max_size=4&pool_timeout=20"

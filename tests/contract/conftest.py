@@ -19,6 +19,8 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -43,6 +45,7 @@ from convostore.testing.fixtures import (
 from tests.servers import falkordb as falkordb_servers
 from tests.servers import mariadb as mariadb_servers
 from tests.servers import postgresql as postgresql_servers
+from tests.servers.shared import ServerUnavailable
 
 __all__ = [
     "BACKENDS",
@@ -78,17 +81,27 @@ def _sqlite_url(tmp_path: Path) -> str | Unavailable:
     return missing or f"sqlite:///{tmp_path / 'contract.db'}"
 
 
-@pytest.fixture(scope="session")
-def postgresql_server() -> Iterator[postgresql_servers.TestServer | Unavailable]:
-    """The session's PostgreSQL (see `tests.servers.postgresql.shared_server`)."""
-    try:
-        server = postgresql_servers.shared_server()
-    except postgresql_servers.ServerUnavailable as why:
-        yield Unavailable(str(why))
-        return
-    yield server
-    postgresql_servers.stop_shared_server()
+def _session_server(name: str, servers: ModuleType) -> Any:
+    """The session-scoped fixture ``{name}_server``: the session's server of
+    ``servers`` (a module of `tests.servers`: its ``shared_server``, started on first
+    use and stopped at the end), or `Unavailable` with the reason it cannot run."""
 
+    @pytest.fixture(scope="session", name=f"{name}_server")
+    def server() -> Iterator[Any]:
+        try:
+            started = servers.shared_server()
+        except ServerUnavailable as why:
+            yield Unavailable(str(why))
+            return
+        yield started
+        servers.stop_shared_server()
+
+    return server
+
+
+postgresql_server = _session_server("postgresql", postgresql_servers)
+mariadb_server = _session_server("mariadb", mariadb_servers)
+falkordb_server = _session_server("falkordb", falkordb_servers)
 
 _schema_numbers = itertools.count(1)
 
@@ -100,36 +113,12 @@ def _fresh_postgresql_schema(server: postgresql_servers.TestServer) -> str:
     return f"{url}{separator}schema=contract_{os.getpid()}_{next(_schema_numbers)}"
 
 
-@pytest.fixture(scope="session")
-def mariadb_server() -> Iterator[mariadb_servers.TestServer | Unavailable]:
-    """The session's MariaDB (see `tests.servers.mariadb.shared_server`)."""
-    try:
-        server = mariadb_servers.shared_server()
-    except mariadb_servers.ServerUnavailable as why:
-        yield Unavailable(str(why))
-        return
-    yield server
-    mariadb_servers.stop_shared_server()
-
-
 _database_numbers = itertools.count(1)
 
 
 def _fresh_mariadb_database(server: mariadb_servers.TestServer) -> str:
     # A new database name: the store creates it at connect.
     return server.url(f"contract_{os.getpid()}_{next(_database_numbers)}")
-
-
-@pytest.fixture(scope="session")
-def falkordb_server() -> Iterator[falkordb_servers.TestServer | Unavailable]:
-    """The session's FalkorDB (see `tests.servers.falkordb.shared_server`)."""
-    try:
-        server = falkordb_servers.shared_server()
-    except falkordb_servers.ServerUnavailable as why:
-        yield Unavailable(str(why))
-        return
-    yield server
-    falkordb_servers.stop_shared_server()
 
 
 _graph_numbers = itertools.count(1)

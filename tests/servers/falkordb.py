@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import shutil
-import socket
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
-from tests.servers.shared import ExternalServer, ServerUnavailable, SharedServer
+from tests.servers.shared import (
+    ExternalServer,
+    ServerProcess,
+    ServerUnavailable,
+    SharedServer,
+    free_port,
+)
 
 __all__ = [
     "DURABLE_SETTINGS",
@@ -62,14 +65,7 @@ def binaries() -> tuple[Path, Path]:
     return server, module
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class FalkorDBServer:
+class FalkorDBServer(ServerProcess):
     """One FalkorDB server in a temporary directory, on a free loopback port.
 
     ``settings`` adds or overrides redis-server settings (``DURABLE_SETTINGS`` by
@@ -94,7 +90,7 @@ class FalkorDBServer:
         first = self.directory is None
         if first:
             self.directory = Path(tempfile.mkdtemp(prefix="convostore-falkordb-"))
-            self.port = _free_port()
+            self.port = free_port()
         assert self.directory is not None
         command = [
             str(server), "--port", str(self.port), "--bind", "127.0.0.1",
@@ -126,18 +122,6 @@ class FalkorDBServer:
         """Stop the server and delete its directory. Stopping twice is harmless."""
         self._end(kill=False)
         self._remove_directory()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def url(self, graph: str = "convostore") -> str:
         assert self.directory is not None, "the server is not started"
@@ -180,11 +164,6 @@ class FalkorDBServer:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-    def _remove_directory(self) -> None:
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self.directory = None
 
 
 def _drain(process: subprocess.Popen[str]) -> None:

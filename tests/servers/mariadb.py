@@ -16,7 +16,6 @@ may create and drop databases.
 
 from __future__ import annotations
 
-import itertools
 import os
 import pwd
 import shutil
@@ -25,10 +24,17 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
-from tests.servers.shared import ExternalServer, ServerUnavailable, SharedServer
+from tests.servers.shared import (
+    ExternalServer,
+    ServerProcess,
+    ServerUnavailable,
+    SharedServer,
+    log_tail,
+    on_a_free_port,
+    run_tool,
+)
 
 __all__ = [
     "SERVER_URL_VARIABLE",
@@ -78,14 +84,7 @@ def _program(name: str) -> str:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class MariaDBServer:
+class MariaDBServer(ServerProcess):
     """One MariaDB server in a temporary directory, on a free loopback port.
 
     ``durable=False`` (for tests) flushes the log once a second rather than at every
@@ -152,18 +151,6 @@ class MariaDBServer:
             self._shutdown()
         self._launch()
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # ---------------------------------------------------------------- addresses
 
     @property
@@ -189,15 +176,11 @@ class MariaDBServer:
     # ---------------------------------------------------------------- internals
 
     def _start_on_a_free_port(self) -> None:
-        for attempt in itertools.count(1):
-            self.port = _free_port()
-            try:
-                self._launch()
-                return
-            except ServerUnavailable:
-                # Another process may have taken the port between the probe and the start.
-                if attempt == 3:
-                    raise
+        def launch(port: int) -> None:
+            self.port = port
+            self._launch()
+
+        on_a_free_port(launch)
 
     def _launch(self) -> None:
         assert self.directory is not None
@@ -249,33 +232,10 @@ class MariaDBServer:
             process.wait()
 
     def _command(self, *command: str) -> None:
-        try:
-            subprocess.run(
-                command,
-                check=True,
-                capture_output=True,
-                text=True,
-                timeout=_COMMAND_TIMEOUT_S,
-                cwd=self.directory,
-            )
-        except (OSError, subprocess.SubprocessError) as error:
-            output = ""
-            if isinstance(error, subprocess.CalledProcessError):
-                output = (error.stderr or error.stdout or "").strip()[-2000:]
-            raise ServerUnavailable(
-                f"{Path(command[0]).name} failed: {error}" + (f": {output}" if output else "")
-            ) from error
+        run_tool(command, timeout=_COMMAND_TIMEOUT_S, cwd=self.directory)
 
     def _log_tail(self) -> str:
-        if self.directory is None or not self.log_file.exists():
-            return ""
-        lines = self.log_file.read_text(errors="replace").splitlines()[-8:]
-        return "\nserver log:\n" + "\n".join(lines) if lines else ""
-
-    def _remove_directory(self) -> None:
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self.directory = None
+        return log_tail(None if self.directory is None else self.log_file, 8)
 
 
 TestServer = MariaDBServer | ExternalServer

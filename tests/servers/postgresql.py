@@ -18,18 +18,23 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
-from tests.servers.shared import ExternalServer, ServerUnavailable, SharedServer
+from tests.servers.shared import (
+    ExternalServer,
+    ServerProcess,
+    ServerUnavailable,
+    SharedServer,
+    log_tail,
+    on_a_free_port,
+    run_tool,
+)
 
 __all__ = [
     "SERVER_URL_VARIABLE",
@@ -66,13 +71,6 @@ def binaries() -> Path:
     return bin_dir
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _ensure_system_user(name: str) -> None:
     try:
         pwd.getpwnam(name)
@@ -95,7 +93,7 @@ def _ensure_system_user(name: str) -> None:
         raise ServerUnavailable(f"could not create the user {name!r}: {result.stderr.strip()}")
 
 
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """One PostgreSQL server in a temporary directory, on a free loopback port.
 
     ``durable=False`` (for tests) turns fsync off; a benchmark keeps the defaults so its
@@ -162,18 +160,6 @@ class PostgresServer:
         self._command("pg_ctl", "stop", "-D", str(self.data), "-m", mode, "-w")
         self._pg_ctl_start()
 
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # ---------------------------------------------------------------- addresses
 
     @property
@@ -219,15 +205,11 @@ class PostgresServer:
         return copy / installation.parent.name / installation.name / "bin"
 
     def _start_on_a_free_port(self) -> None:
-        for attempt in itertools.count(1):
-            self.port = _free_port()
-            try:
-                self._pg_ctl_start()
-                return
-            except ServerUnavailable:
-                # Another process may have taken the port between the probe and the start.
-                if attempt == 3:
-                    raise
+        def launch(port: int) -> None:
+            self.port = port
+            self._pg_ctl_start()
+
+        on_a_free_port(launch)
 
     def _pg_ctl_start(self) -> None:
         assert self.directory is not None
@@ -242,35 +224,13 @@ class PostgresServer:
         command = [*self._run_as, str(self._bin / program), *arguments]
         # The C locale for the tools themselves: the database's own is set by initdb.
         environment = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-        try:
-            subprocess.run(
-                command,
-                check=True,
-                capture_output=True,
-                text=True,
-                env=environment,
-                timeout=_COMMAND_TIMEOUT,
-                cwd=self.directory,
-            )
-        except (OSError, subprocess.SubprocessError) as error:
-            output = ""
-            if isinstance(error, subprocess.CalledProcessError):
-                output = (error.stderr or error.stdout or "").strip()
-            log = self._log_tail()
-            raise ServerUnavailable(
-                f"{program} failed: {error}" + (f": {output}" if output else "") + log
-            ) from error
+        run_tool(
+            command, timeout=_COMMAND_TIMEOUT, cwd=self.directory, env=environment,
+            log=self._log_tail,
+        )  # fmt: skip
 
     def _log_tail(self) -> str:
-        if self.directory is None or not self.log_file.exists():
-            return ""
-        lines = self.log_file.read_text(errors="replace").splitlines()[-5:]
-        return "\nserver log:\n" + "\n".join(lines) if lines else ""
-
-    def _remove_directory(self) -> None:
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self.directory = None
+        return log_tail(None if self.directory is None else self.log_file, 5)
 
 
 TestServer = PostgresServer | ExternalServer

@@ -63,19 +63,9 @@ class SessionOperations(StoreBase):
         ``part_of`` must name an existing top-level session (`SessionNotFoundError`
         otherwise) with the same owner (`InvalidArgumentError` otherwise).
         """
-        self._check_open()
-        new = prepare_session(
-            self.indexed_metadata,
-            owner,
-            session_id,
-            title,
-            kind,
-            part_of,
-            held_with,
-            metadata,
-            expires_at,
+        created = await self._insert_session(
+            False, owner, session_id, title, kind, part_of, held_with, metadata, expires_at
         )
-        created = await self.backend.insert_session(new, if_absent=False)
         assert created is not None
         return created
 
@@ -93,19 +83,19 @@ class SessionOperations(StoreBase):
     ) -> bool:
         """Create the session unless one with this id exists. Atomic: of many
         concurrent calls for one id exactly one returns True."""
-        self._check_open()
-        new = prepare_session(
-            self.indexed_metadata,
-            owner,
-            session_id,
-            title,
-            kind,
-            part_of,
-            held_with,
-            metadata,
-            expires_at,
+        inserted = await self._insert_session(
+            True, owner, session_id, title, kind, part_of, held_with, metadata, expires_at
         )
-        return await self.backend.insert_session(new, if_absent=True) is not None
+        return inserted is not None
+
+    async def _insert_session(
+        self, if_absent: bool, owner: UserRef | None, *fields: Any
+    ) -> Session | None:
+        """`create_session`'s checks and insert; ``fields`` are its arguments after
+        ``owner``, in `prepare_session`'s order."""
+        self._check_open()
+        new = prepare_session(self.indexed_metadata, owner, *fields)
+        return await self.backend.insert_session(new, if_absent=if_absent)
 
     async def get_session(self, session_id: str) -> Session | None:
         """The session, or None. Expired sessions are returned until deleted."""
