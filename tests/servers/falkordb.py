@@ -177,12 +177,7 @@ TestServer = FalkorDBServer | ExternalServer
 
 _shared = SharedServer(SERVER_URL_VARIABLE, FalkorDBServer, default="convostore")
 
-
-def shared_server() -> TestServer:
-    """The session\'s server (see `SharedServer`): ``CONVOSTORE_TEST_FALKORDB_URL`` if set, else
-    one `FalkorDBServer` started on first call."""
-    return _shared.get()
-
-
-def stop_shared_server() -> None:
-    _shared.stop()
+# The session's server (see `SharedServer`): the URL in ``SERVER_URL_VARIABLE`` if set,
+# else one server of this module started on first call, and stopped by the second.
+shared_server = _shared.get
+stop_shared_server = _shared.stop

@@ -155,18 +155,15 @@ class MariaDBServer(ServerProcess):
 
     @property
     def data(self) -> Path:
-        assert self.directory is not None, "the server is not started"
-        return self.directory / "data"
+        return self._file("data")
 
     @property
     def socket_path(self) -> Path:
-        assert self.directory is not None, "the server is not started"
-        return self.directory / "mariadbd.sock"
+        return self._file("mariadbd.sock")
 
     @property
     def log_file(self) -> Path:
-        assert self.directory is not None, "the server is not started"
-        return self.directory / "error.log"
+        return self._file("error.log")
 
     def url(self, database: str = "mysql", user: str = "root") -> str:
         """The URL of ``database`` on this server, as ``user`` (root has no password)."""
@@ -242,12 +239,7 @@ TestServer = MariaDBServer | ExternalServer
 
 _shared = SharedServer(SERVER_URL_VARIABLE, MariaDBServer)
 
-
-def shared_server() -> TestServer:
-    """The session\'s server (see `SharedServer`): ``CONVOSTORE_TEST_MYSQL_URL`` if set, else
-    one `MariaDBServer` started on first call."""
-    return _shared.get()
-
-
-def stop_shared_server() -> None:
-    _shared.stop()
+# The session's server (see `SharedServer`): the URL in ``SERVER_URL_VARIABLE`` if set,
+# else one server of this module started on first call, and stopped by the second.
+shared_server = _shared.get
+stop_shared_server = _shared.stop

@@ -164,13 +164,11 @@ class PostgresServer(ServerProcess):
 
     @property
     def data(self) -> Path:
-        assert self.directory is not None, "the server is not started"
-        return self.directory / "data"
+        return self._file("data")
 
     @property
     def log_file(self) -> Path:
-        assert self.directory is not None, "the server is not started"
-        return self.directory / "server.log"
+        return self._file("server.log")
 
     def url(self, database: str = "postgres", user: str = SUPERUSER) -> str:
         """The URL of ``database`` on this server, as ``user`` (trusted: no password)."""
@@ -237,12 +235,7 @@ TestServer = PostgresServer | ExternalServer
 
 _shared = SharedServer(SERVER_URL_VARIABLE, PostgresServer)
 
-
-def shared_server() -> TestServer:
-    """The session\'s server (see `SharedServer`): ``CONVOSTORE_TEST_POSTGRESQL_URL`` if set, else
-    one `PostgresServer` started on first call."""
-    return _shared.get()
-
-
-def stop_shared_server() -> None:
-    _shared.stop()
+# The session's server (see `SharedServer`): the URL in ``SERVER_URL_VARIABLE`` if set,
+# else one server of this module started on first call, and stopped by the second.
+shared_server = _shared.get
+stop_shared_server = _shared.stop

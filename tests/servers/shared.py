@@ -117,6 +117,10 @@ class ServerProcess(abc.ABC):
     ) -> None:
         self.stop()
 
+    def _file(self, name: str) -> Path:
+        assert self.directory is not None, "the server is not started"
+        return self.directory / name
+
     def _remove_directory(self) -> None:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
