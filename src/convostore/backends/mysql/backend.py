@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -107,6 +108,9 @@ class MySQLBackend(SQLBackend):
             return await read_pending_migrations(target)
         except _DRIVER_ERRORS as error:
             raise translate_error(error, target.where) from error
+
+    def release_when_dropped(self) -> Callable[[], None] | None:
+        return None if self._pool is None else functools.partial(_drop_sockets, self._pool)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -244,3 +248,20 @@ class MySQLBackend(SQLBackend):
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
         return await self._snapshot(search.text_search, query)
 
+
+def _drop_sockets(pool: Pool) -> None:
+    """Close the socket of every connection of ``pool`` now, with or without its event
+    loop: the loop holds each connection's transport, so the sockets of a store
+    collected without `close` would never be closed otherwise. (The pool's and the
+    transports' own fields are read: neither asyncmy nor asyncio closes a socket
+    without a running loop.)"""
+    for connection in (*getattr(pool, "_free", ()), *getattr(pool, "_used", ())):
+        transport = getattr(connection, "_transport", None)
+        if transport is None:
+            continue
+        with contextlib.suppress(RuntimeError):  # The loop is closed: nothing to tell it.
+            transport.abort()
+        # asyncio's wrapper of the socket (plain or under TLS) holds the socket itself.
+        raw = getattr(transport.get_extra_info("socket"), "_sock", None)
+        if raw is not None:
+            raw.close()
