@@ -150,12 +150,6 @@ DIVERGENCES: list[Divergence] = [
         _PACKET,
     ),
     Divergence("mariadb", "test_limits.py::test_a_100_megabyte_message_is_stored_whole", _PACKET),
-    Divergence(
-        "mariadb",
-        "test_limits.py::test_stores_dropped_without_close_release_their_threads",
-        "a MariaDB store collected without close() keeps its pool's sockets open: its "
-        "backend gives no release_when_dropped",
-    ),
 ]
 
 backend = backend_fixture(BACKENDS, DIVERGENCES)

@@ -66,6 +66,10 @@ DIALECT: Final = Dialect(
     value_equals=lambda column, marker: (
         f"{VALUE_DIGEST}({column}) = {VALUE_DIGEST}({marker}) AND {column} = {marker}"
     ),
+    database_size=(
+        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
+        " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm')"
+    ),
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -315,12 +319,3 @@ def events_sql(
 
 
 # ---------------------------------------------------------------------------- stats
-
-DATABASE_STATS: Final = """SELECT
-    (SELECT count(*) FROM users),
-    (SELECT count(*) FROM sessions),
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
-    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
-    (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
-        WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm'))"""
