@@ -45,7 +45,7 @@ CacheKey = tuple[str | None, int]
 Rowids = npt.NDArray[np.int64]
 Positions = npt.NDArray[np.intp]
 
-SIGNS_FROM: Final = 20_000
+SIGNS_FROM: Final = 8_192
 SIGNS_KEEP: Final = 2_048
 _SIGNS_SHARE: Final = 256  # step 1 keeps the nearest 1/256 of the scope
 _BLOCK: Final = 32_768  # rows per block of step 1
