@@ -20,6 +20,7 @@ from convostore.backends.sql.statements import (
     Statements,
     columns,
 )
+from convostore.backends.sql.values import json_list
 from convostore.backends.sqlite.connection import CONTAINS_FUNCTION
 from convostore.backends.sqlite.rows import READER
 
@@ -48,6 +49,9 @@ DIALECT: Final = Dialect(
     # by one: a listing names the index it walks.
     index_hint=lambda index: " INDEXED BY " + index,
     count_sessions=_count_sessions,
+    database_size="SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    strings=json_list,
+    no_limit=-1,
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -173,14 +177,3 @@ def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
     )
     bound = _WINDOW_BOUND + start + " FROM bound)"
     return _WINDOW_HEAD + fragments + bound + fragments + " ORDER BY seq"
-
-
-# ---------------------------------------------------------------------------- stats
-
-DATABASE_STATS: Final = """SELECT
-    (SELECT count(*) FROM users),
-    (SELECT count(*) FROM sessions),
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
-    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
-    (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size())"""
