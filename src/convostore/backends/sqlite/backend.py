@@ -43,6 +43,7 @@ from convostore.backends.sqlite.search import (
     write_embeddings,
     write_vector_index,
 )
+from convostore.backends.sqlite.text_index import TextIndexer, write_catch_up
 from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
 from convostore.backends.sqlite.worker import ConnectionWorker, translate_error
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
@@ -90,11 +91,13 @@ class SQLiteBackend(SQLBackend):
             cross_process=not target.in_memory,
         )
         where = f"SQLite database {target.path!r}"
+        self._text_indexer = TextIndexer()
         self._writer = ConnectionWorker(
             "convostore-sqlite-writer",
             where,
             functools.partial(open_connection, target, reader=False),
             threads=1,
+            after_commit=self._text_indexer.after_commit,
         )
         self._vector_cache = VectorCache()
         # No other connection can see a :memory: database, so it reads where it writes.
@@ -210,6 +213,7 @@ class SQLiteBackend(SQLBackend):
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
+        self._text_indexer.count(sum(1 for p in append.events if p.message_json is not None))
         return await self._write(write_append, append)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
@@ -252,6 +256,8 @@ class SQLiteBackend(SQLBackend):
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
         scope = query.scope
+        # Whatever was appended before this search, in any process, is indexed first.
+        await self._write(write_catch_up)
         return await self._searchers.run(
             in_read_snapshot,
             read_text_search,
