@@ -715,8 +715,10 @@ def test_every_assembled_statement_walks_an_index(db_path: Path) -> None:
 
     try:
         for shape in get_args(sql.EventShape):
-            for conditions in itertools.product((False, True), repeat=len(sql.EVENT_CONDITIONS)):
-                steps = plan(sql.events_sql(shape, conditions))
+            for conditions, keys in itertools.product(
+                itertools.product((False, True), repeat=len(sql.EVENT_CONDITIONS)), (False, True)
+            ):
+                steps = plan(sql.events_sql(shape, conditions, keys))
                 assert full_scans(steps) == [], (shape, conditions, steps)
                 assert "INDEX events_by_seq (session_id=?" in steps[0], (shape, steps)
                 if shape == "window":  # its probe for a turn start

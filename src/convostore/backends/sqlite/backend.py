@@ -16,6 +16,7 @@ from convostore.backends.sqlite.connection import (
     in_read_snapshot,
     open_connection,
 )
+from convostore.backends.sqlite.event_cache import EventCache
 from convostore.backends.sqlite.operations import (
     read_all,
     read_events,
@@ -100,6 +101,7 @@ class SQLiteBackend(SQLBackend):
             after_commit=self._text_indexer.after_commit,
         )
         self._vector_cache = VectorCache()
+        self._event_cache = EventCache()
         # No other connection can see a :memory: database, so it reads where it writes.
         self._readers = (
             self._writer
@@ -172,6 +174,7 @@ class SQLiteBackend(SQLBackend):
         # Last, so the last connection to close checkpoints the WAL into the database.
         await self._writer.stop()
         self._vector_cache.clear()
+        self._event_cache.clear()
 
     async def _write(self, fn: Callable[[Any, *Ts], T], *args: *Ts) -> T:
         """``fn`` on the writer thread as one transaction, answered once durable; writes
@@ -217,10 +220,14 @@ class SQLiteBackend(SQLBackend):
         return await self._write(write_append, append)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+        cache = self._event_cache
         if not event_filter.active_view:
-            # A single statement sees one snapshot without a transaction around it.
-            return await self._readers.run(read_events, session_id, event_filter)
-        return await self._readers.run(in_read_snapshot, read_events, (session_id, event_filter))
+            # One statement sees one snapshot without a transaction around it, and the
+            # read falls back to one statement where its two would see different ones.
+            return await self._readers.run(read_events, cache, session_id, event_filter)
+        return await self._readers.run(
+            in_read_snapshot, read_events, (cache, session_id, event_filter)
+        )
 
     # ---------------------------------------------------------------- vectors and text
 

@@ -10,7 +10,7 @@ from typing import Any
 from convostore._time import from_micros, to_micros
 from convostore.backends.sql.rows import RowReader, user_values
 from convostore.model import Message
-from convostore.prepare import NewSession, PreparedEvent
+from convostore.prepare import NewSession, PreparedEvent, new_stamp
 
 __all__ = [
     "event_from_row",
@@ -25,8 +25,8 @@ __all__ = [
 ]
 
 _BIG_ENDIAN = sys.byteorder == "big"
-# What fills the columns only a message has, for any other event.
-_NOT_A_MESSAGE = (None,) * 14
+# What fills the columns only a message has, for any other event, but its stamp.
+_NOT_A_MESSAGE = (None,) * 13
 
 
 def vector_blob(vector: tuple[float, ...] | None) -> bytes | None:
@@ -82,7 +82,8 @@ def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
     )
     parts = prepared.message_json
     if not isinstance(event, Message) or parts is None:
-        return common + _NOT_A_MESSAGE
+        # Every row gets a stamp of its own, which `event_cache` tells rows apart by.
+        return (*common, *_NOT_A_MESSAGE, new_stamp())
     return (
         *common,
         event.role.value,
