@@ -247,6 +247,13 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
                 SELECT coalesce(max(rowid), 0) FROM events
             ) WHERE id = 1 AND indexed_through > (SELECT coalesce(max(rowid), 0) FROM events);
         END""",
+        # Every append moves its session's last_activity_at, so each index holding it
+        # is written by every append: three were a third of an append's pages. The
+        # listings of top-level sessions by activity now walk the owner's index of all
+        # sessions by activity and skip the parts (and other kinds) row by row, as a
+        # listing of parts by kind already did (`statements.DIALECT`).
+        "DROP INDEX sessions_top_by_activity",
+        "DROP INDEX sessions_top_kind_by_activity",
     ),
 )
 

@@ -39,6 +39,13 @@ def _count_sessions(include_parts: bool, by_kind: bool) -> str:
     return sql
 
 
+# The indexes schema version 5 dropped (an append wrote each), and the one a listing
+# walks instead, skipping the rows its filter refuses.
+_WALKED_INSTEAD: Final = {
+    "sessions_top_by_activity": "sessions_by_activity",
+    "sessions_top_kind_by_activity": "sessions_by_activity",
+}
+
 DIALECT: Final = Dialect(
     name="sqlite",
     param=lambda name, sql_type: ":" + name,
@@ -46,7 +53,7 @@ DIALECT: Final = Dialect(
     rows=READER,
     # Without statistics the planner may take the wider index and filter rows out one
     # by one: a listing names the index it walks.
-    index_hint=lambda index: " INDEXED BY " + index,
+    index_hint=lambda index: " INDEXED BY " + _WALKED_INSTEAD.get(index, index),
     count_sessions=_count_sessions,
 )
 STATEMENTS: Final = Statements(DIALECT)
