@@ -1,12 +1,15 @@
 """What one sequential append and one last-20 read cost on SQLite, store by store: the
 WAL pages an append writes (the bytes each fsync must flush), the CPU time of the whole
-process per append, the wall time per append, and the median last-20 read of a
+process per append, the appends per second, and the median last-20 read of a
 10,000-message session.
 
 The stores are `peers.py`'s: raw sqlite3 at FULL, OpenAI Agents `SQLiteSession` and
 convostore on ``sqlite:///`` (FULL), each on a fresh file in WAL mode, appending
 round-robin over 20 sessions. Pages are counted by checkpointing the WAL from a
-connection of this script's own and counting the frames the next 40 appends add.
+connection of this script's own and counting the frames the next 40 appends add. The
+timed appends and reads take the stores in turn every 50 appends (every 10 reads), so
+that on a shared machine the load of the moment, and the fsync latency it brings,
+falls on each store alike; each rate is followed by its ratio to SQLiteSession's.
 
     .venv/bin/python benchmarks/sqlite_pages.py [--appends N]
 """
@@ -39,56 +42,92 @@ def _wal_frames(path: Path, mode: str) -> int:
         connection.close()
 
 
-async def measure(peer: Peer, directory: Path, database: str, appends: int) -> list[str]:
-    await peer.open(directory)
-    try:
-        keys = [await peer.create_session("ada") for _ in range(SESSIONS)]
-        n = 0
-        for key in keys:
-            await peer.append(key, n)
-            n += 1
+class Measured:
+    """One store open on its file, with its sessions and what was measured of it."""
+
+    def __init__(self, peer: Peer, directory: Path, database: str) -> None:
+        self.peer = peer
+        self.directory = directory
+        self.path = directory / database
+        self.keys: list[str] = []
+        self.long_key = ""
+        self.n = 0
+        self.pages = 0.0
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.reads: list[float] = []
+
+    async def open(self) -> None:
+        await self.peer.open(self.directory)
+        self.keys = [await self.peer.create_session("ada") for _ in range(SESSIONS)]
+        await self.appends(SESSIONS)
         frames = 0
         for _ in range(8):
-            _wal_frames(directory / database, "TRUNCATE")
-            for _ in range(COUNTED):
-                await peer.append(keys[n % SESSIONS], n)
-                n += 1
-            frames += _wal_frames(directory / database, "PASSIVE")
+            _wal_frames(self.path, "TRUNCATE")
+            await self.appends(COUNTED)
+            frames += _wal_frames(self.path, "PASSIVE")
+        self.pages = frames / (8 * COUNTED)
+        self.long_key = await self.peer.create_session("ada")
+        await self.peer.fill(self.long_key, LONG_LOG)
+        await self.peer.last(self.long_key, 20)
+
+    async def appends(self, count: int) -> None:
+        for _ in range(count):
+            await self.peer.append(self.keys[self.n % SESSIONS], self.n)
+            self.n += 1
+
+    async def timed_appends(self, count: int) -> None:
         cpu, wall = time.process_time(), time.perf_counter()
-        for _ in range(appends):
-            await peer.append(keys[n % SESSIONS], n)
-            n += 1
-        cpu_us = (time.process_time() - cpu) / appends * 1e6
-        wall_us = (time.perf_counter() - wall) / appends * 1e6
-        long_key = await peer.create_session("ada")
-        await peer.fill(long_key, LONG_LOG)
-        await peer.last(long_key, 20)
-        reads = []
-        for _ in range(READS):
+        await self.appends(count)
+        self.cpu_s += time.process_time() - cpu
+        self.wall_s += time.perf_counter() - wall
+
+    async def timed_reads(self, count: int) -> None:
+        for _ in range(count):
             started = time.perf_counter()
-            await peer.last(long_key, 20)
-            reads.append(time.perf_counter() - started)
-        read_us = statistics.median(reads) * 1e6
-    finally:
-        await peer.close()
-    pages = frames / (8 * COUNTED)
-    return [peer.name, f"{pages:.1f}", f"{cpu_us:.0f}", f"{wall_us:.0f}", f"{read_us:.0f}"]
+            await self.peer.last(self.long_key, 20)
+            self.reads.append(time.perf_counter() - started)
 
 
 async def main(appends: int) -> None:
-    stores: list[tuple[Peer, str]] = [
-        (RawSQLite("FULL"), "raw.db"),
-        (OpenAISQLite(), "openai.db"),
-        (Convostore(REFERENCE, "FULL", lambda d: f"sqlite:///{d}/c.db"), "c.db"),
-    ]
-    rows = [["store", "WAL pages / append", "CPU µs / append", "wall µs / append", "last 20 µs"]]
     with tempfile.TemporaryDirectory() as directory:
-        for number, (peer, database) in enumerate(stores):
+        stores: list[Measured] = []
+        for number, (peer, database) in enumerate(
+            [
+                (RawSQLite("FULL"), "raw.db"),
+                (OpenAISQLite(), "openai.db"),
+                (Convostore(REFERENCE, "FULL", lambda d: f"sqlite:///{d}/c.db"), "c.db"),
+            ]
+        ):
             (Path(directory) / str(number)).mkdir()
-            rows.append(await measure(peer, Path(directory) / str(number), database, appends))
-    rows.insert(1, ["---"] * len(rows[0]))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+            stores.append(Measured(peer, Path(directory) / str(number), database))
+        try:
+            for store in stores:
+                await store.open()
+            for _ in range(appends // 50):
+                for store in stores:
+                    await store.timed_appends(50)
+            for _ in range(READS // 10):
+                for store in stores:
+                    await store.timed_reads(10)
+        finally:
+            for store in stores:
+                await store.peer.close()
+    openai = stores[1]
+    print(
+        "| store | WAL pages / append | CPU µs / append | appends/s (÷ SQLiteSession) "
+        "| last 20 of 10,000 µs (÷ SQLiteSession) |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for store in stores:
+        count = appends // 50 * 50
+        rate = count / store.wall_s
+        read_us = statistics.median(store.reads) * 1e6
+        print(
+            f"| {store.peer.name} | {store.pages:.1f} | {store.cpu_s / count * 1e6:.0f} "
+            f"| {rate:,.0f} ({rate / (count / openai.wall_s):.2f}x) "
+            f"| {read_us:.0f} ({read_us / (statistics.median(openai.reads) * 1e6):.2f}x) |"
+        )
 
 
 if __name__ == "__main__":

@@ -77,7 +77,9 @@ class SQLiteBackend(SQLBackend):
     it with `open`, which migrates the schema.
 
     Vector search keeps the vectors it searches in memory, about 156 MB for 100,000 of
-    384 dimensions, until close (see `convostore.backends.sqlite.search`).
+    384 dimensions, until close (see `convostore.backends.sqlite.search`); reads keep up
+    to `event_cache.CAPACITY` decoded events, so a window read again decodes only what
+    is new or changed.
     """
 
     statements = sql.STATEMENTS

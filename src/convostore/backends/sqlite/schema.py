@@ -228,6 +228,8 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # every search before it runs (`text_index`). A delete keeps both true: it takes
         # an indexed message out of the index, then lowers the mark to the highest
         # rowid left, below which the next insert's rowid (max + 1) can never fall.
+        # From this version on every events row is inserted with a stamp of its own and
+        # every UPDATE of events sets a new one: `event_cache` tells rows apart by it.
         """CREATE TABLE text_index_state (
             id INTEGER PRIMARY KEY CHECK (id = 1),
             indexed_through INTEGER NOT NULL

@@ -1,7 +1,8 @@
 """Vector and text search, the vector index record, and re-embedding on SQLite.
 
 Text search runs on an FTS5 index of the words of each message's content, the
-`text_tokens` every backend matches (schema version 4).
+`text_tokens` every backend matches (schema version 4), fed in batches and brought up
+to date before each search (schema version 5, `text_index`).
 
 Vector search is an exact scan of a `VectorCache`: the store keeps the vectors of the
 searched (model, width) in memory as one float32 matrix, with each row's rowid, norm,
