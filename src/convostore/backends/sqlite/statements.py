@@ -55,6 +55,7 @@ DIALECT: Final = Dialect(
     # by one: a listing names the index it walks.
     index_hint=lambda index: " INDEXED BY " + _WALKED_INSTEAD.get(index, index),
     count_sessions=_count_sessions,
+    database_size="SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -183,14 +184,3 @@ def events_sql(shape: EventShape, conditions: tuple[bool, ...], keys: bool = Fal
     )
     bound = _WINDOW_BOUND + _SELECTED[keys] + _WINDOW_FROM + start + " FROM bound)"
     return _WINDOW_HEAD + fragments + bound + fragments + " ORDER BY seq"
-
-
-# ---------------------------------------------------------------------------- stats
-
-DATABASE_STATS: Final = """SELECT
-    (SELECT count(*) FROM users),
-    (SELECT count(*) FROM sessions),
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
-    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
-    (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size())"""
