@@ -1,4 +1,4 @@
-"""SQLite's text index, fed in batches (schema version 5), and the upgrades that bring a
+"""SQLite's text index, fed in batches (schema version 6), and the upgrades that bring a
 database written by an older schema to it: each older database is built here from the
 prefix of the migration list and written by that schema's own statements and triggers."""
 

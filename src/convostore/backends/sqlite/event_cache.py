@@ -7,9 +7,9 @@ has the stamp they were read with from here, and reads whole only the other rows
 
 Why a stamp is enough: an events row is never changed without a new stamp (set_narration
 and set_embeddings write one; nothing else updates events), and every row is inserted
-with a new random stamp, messages and other events alike (schema version 5 on), so a
+with a new random stamp, messages and other events alike (schema version 6 on), so a
 rowid given out again after a delete never matches what was kept for it. A row with no
-stamp (another event written before schema version 5) is never kept. Events are
+stamp (another event written before schema version 6) is never kept. Events are
 immutable values, so the same one may be handed to several callers, as the memory
 backend does.
 """

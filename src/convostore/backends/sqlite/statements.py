@@ -20,6 +20,7 @@ from convostore.backends.sql.statements import (
     Statements,
     columns,
 )
+from convostore.backends.sql.values import json_list
 from convostore.backends.sqlite.connection import CONTAINS_FUNCTION
 from convostore.backends.sqlite.rows import READER
 
@@ -39,7 +40,7 @@ def _count_sessions(include_parts: bool, by_kind: bool) -> str:
     return sql
 
 
-# The indexes schema version 5 dropped (an append wrote each), and the one a listing
+# The indexes schema version 6 dropped (an append wrote each), and the one a listing
 # walks instead, skipping the rows its filter refuses.
 _WALKED_INSTEAD: Final = {
     "sessions_top_by_activity": "sessions_by_activity",
@@ -56,6 +57,8 @@ DIALECT: Final = Dialect(
     index_hint=lambda index: " INDEXED BY " + _WALKED_INSTEAD.get(index, index),
     count_sessions=_count_sessions,
     database_size="SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    strings=json_list,
+    no_limit=-1,
 )
 STATEMENTS: Final = Statements(DIALECT)
 

@@ -1,4 +1,4 @@
-"""The text index kept in batches (schema version 5).
+"""The text index kept in batches (schema version 6).
 
 An append writes no index entry: the messages above ``indexed_through`` wait, and
 `write_catch_up` indexes all of them in one transaction, writing one FTS5 segment for
