@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
-from collections import OrderedDict
 from typing import Any, Final, cast
 
+from convostore.backends.sql.event_cache import CAPACITY, EventCache
 from convostore.backends.sql.statements import EVENT_FIELDS
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.rows import event_from_row
@@ -29,57 +28,10 @@ from convostore.model import Event
 
 __all__ = ["CAPACITY", "EventCache", "read_through"]
 
-# Events kept per store: the windows of a few hundred busy sessions, at most some tens
-# of megabytes with 384-dimension vectors.
-CAPACITY: Final = 4096
-
 _STAMP = 1 + EVENT_FIELDS.index("stamp")  # in a row of EVENTS_BY_ROWIDS
 EVENTS_BY_ROWIDS: Final = (
     f"SELECT rowid, {sql.EVENT_COLUMNS} FROM events WHERE rowid IN (SELECT value FROM json_each(?))"
 )
-
-
-class EventCache:
-    """Up to `CAPACITY` events, the least recently read dropped first; shared by the
-    threads that read."""
-
-    def __init__(self, capacity: int = CAPACITY) -> None:
-        self._capacity = capacity
-        self._events: OrderedDict[int, tuple[str, Event]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-    def take(self, keys: list[Any]) -> tuple[list[Event | None], list[int]]:
-        """For (rowid, stamp) pairs: the kept event where its stamp matches, else None;
-        and the positions of the Nones."""
-        found: list[Event | None] = []
-        missing: list[int] = []
-        events = self._events
-        with self._lock:
-            for position, (rowid, stamp) in enumerate(keys):
-                kept = events.get(rowid)
-                if kept is not None and kept[0] == stamp:
-                    events.move_to_end(rowid)
-                    found.append(kept[1])
-                else:
-                    found.append(None)
-                    missing.append(position)
-        return found, missing
-
-    def keep(self, entries: list[tuple[int, str, Event]]) -> None:
-        events = self._events
-        with self._lock:
-            for rowid, stamp, event in entries:
-                events[rowid] = (stamp, event)
-                events.move_to_end(rowid)
-            while len(events) > self._capacity:
-                events.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._events.clear()
 
 
 def read_through(
