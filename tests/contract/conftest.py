@@ -57,6 +57,7 @@ __all__ = [
     "in_ci",
     "indexed_store",
     "local_time_zone_off_utc",
+    "mariadb11_server",
     "mariadb_server",
     "postgresql_server",
     "store",
@@ -112,6 +113,18 @@ def mariadb_server() -> Iterator[mariadb_servers.TestServer | Unavailable]:
     mariadb_servers.stop_shared_server()
 
 
+@pytest.fixture(scope="session")
+def mariadb11_server() -> Iterator[mariadb_servers.TestServer | Unavailable]:
+    """The session's MariaDB 11.8 (see `tests.servers.mariadb.shared_server_11`)."""
+    try:
+        server = mariadb_servers.shared_server_11()
+    except mariadb_servers.ServerUnavailable as why:
+        yield Unavailable(str(why))
+        return
+    yield server
+    mariadb_servers.stop_shared_server_11()
+
+
 _database_numbers = itertools.count(1)
 
 
@@ -146,6 +159,7 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "sqlite": _sqlite_url,
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
     "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
+    "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_database),
     "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph),
 }
 
@@ -173,6 +187,11 @@ DIVERGENCES: list[Divergence] = [
         "a FalkorDB store collected without close() keeps its connections' sockets open: "
         "its backend gives no release_when_dropped",
     ),
+]
+
+# MariaDB 11.8 runs the same backend: it diverges where 10.11 does.
+DIVERGENCES += [
+    Divergence("mariadb11", d.test, d.reason) for d in DIVERGENCES if d.backend == "mariadb"
 ]
 
 backend = backend_fixture(BACKENDS, DIVERGENCES)

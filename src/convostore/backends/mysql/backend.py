@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -21,7 +22,7 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.backends.mysql import search
+from convostore.backends.mysql import native_vectors, search
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
     Connection,
@@ -33,6 +34,7 @@ from convostore.backends.mysql.connection import (
 )
 from convostore.backends.mysql.migrate import (
     add_indexed_keys,
+    migration_lock,
     prepare_database,
     read_pending_migrations,
     remove_indexed_key,
@@ -95,6 +97,8 @@ class MySQLBackend(Backend):
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
         # Text search runs on a FULLTEXT index; vectors are scanned (see `search`).
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
+        # Whether the server has MariaDB's VECTOR type and index (see `native_vectors`).
+        self.server_vectors = False
         self._pool: Pool | None = None
         self._where = target.where
 
@@ -109,9 +113,16 @@ class MySQLBackend(Backend):
         try:
             backend.facts = await prepare_database(target)
             backend._pool = await open_pool(target, backend.facts)
+            await backend._probe_native_vectors()
         except _DRIVER_ERRORS as error:
             raise translate_error(error, target.where) from error
         return backend
+
+    async def _probe_native_vectors(self) -> None:
+        self.server_vectors = await self._run(native_vectors.server_has_vectors, self.facts)
+        self.capabilities = dataclasses.replace(
+            self.capabilities, native_vector_index=self.server_vectors
+        )
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
@@ -221,6 +232,8 @@ class MySQLBackend(Backend):
         return await self._write(write_set_title, session_id, title, stamp)
 
     async def delete_session(self, session_id: str) -> bool:
+        if self.server_vectors:
+            return await self._write(native_vectors.delete_session, session_id)
         return await self._run(execute, sql.DELETE_SESSION, (session_id,)) > 0
 
     async def list_sessions(self, page: SessionPage) -> list[Session]:
@@ -256,6 +269,10 @@ class MySQLBackend(Backend):
         return [session_from_row(row) for row in rows]
 
     async def delete_expired(self, before: datetime) -> int:
+        if self.server_vectors:
+            return await self._write(
+                native_vectors.delete_expired, to_micros(before), write_delete_expired
+            )
         return await self._write(write_delete_expired, to_micros(before))
 
     # ---------------------------------------------------------------- the log
@@ -267,6 +284,10 @@ class MySQLBackend(Backend):
         return await self._write(remove_indexed_key, key)
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
+        if self.server_vectors:
+            return await self._write(
+                native_vectors.append, append, write_append, self.facts.max_packet
+            )
         return await self._write(write_append, append, self.facts.max_packet)
 
     async def version(self, session_id: str) -> int:
@@ -292,6 +313,28 @@ class MySQLBackend(Backend):
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         await self._run(search.declare_vector_index, spec, replace)
+        if self.server_vectors:
+            await self._native_graph(replace=replace, build=True)
+
+    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+        """As `Backend.begin_reembed`; MariaDB's graph of a new declaration is built
+        after the run (`end_reembed`), over every vector at once."""
+        if await self.vector_index_spec() == spec:
+            return False
+        await self._run(search.declare_vector_index, spec, True)
+        if self.server_vectors:
+            await self._native_graph(replace=True, build=False)
+        return True
+
+    async def _native_graph(self, *, replace: bool, build: bool) -> None:
+        """Under the migration lock: with ``replace``, drop the graph; with ``build``,
+        build the graph of the recorded declaration where it is not built."""
+        async with self._connection() as connection, migration_lock(connection, self.target):
+            if replace:
+                await native_vectors.drop(connection)
+            spec = await search.vector_index_spec(connection)
+            if build and spec is not None:
+                await native_vectors.build(connection, spec)
 
     async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
@@ -304,9 +347,17 @@ class MySQLBackend(Backend):
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
+        if self.server_vectors:
+            ids = [message_id for message_id, _ in vectors]
+            await self._write(
+                native_vectors.set_embeddings, ids, search.set_embeddings, model, vectors
+            )
+            return
         await self._write(search.set_embeddings, model, vectors)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        if self.server_vectors:
+            return await self._snapshot(search.vector_search, query, native_vectors.search)
         return await self._snapshot(search.vector_search, query)
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
