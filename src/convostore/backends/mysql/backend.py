@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
@@ -97,8 +98,11 @@ class MySQLBackend(Backend):
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
         # Text search runs on a FULLTEXT index; vectors are scanned (see `search`).
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
-        # Whether the server has MariaDB's VECTOR type and index (see `native_vectors`).
+        # Whether the server has MariaDB's VECTOR type and index (see `native_vectors`),
+        # and its graph's neighbours per node and search candidates.
         self.server_vectors = False
+        self.graph_m = native_vectors.GRAPH_M
+        self.ef_search = native_vectors.EF_SEARCH
         self._pool: Pool | None = None
         self._where = target.where
 
@@ -334,7 +338,7 @@ class MySQLBackend(Backend):
                 await native_vectors.drop(connection)
             spec = await search.vector_index_spec(connection)
             if build and spec is not None:
-                await native_vectors.build(connection, spec)
+                await native_vectors.build(connection, spec, self.graph_m)
 
     async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
@@ -357,7 +361,8 @@ class MySQLBackend(Backend):
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
         if self.server_vectors:
-            return await self._snapshot(search.vector_search, query, native_vectors.search)
+            graph = functools.partial(native_vectors.search, ef_search=self.ef_search)
+            return await self._snapshot(search.vector_search, query, graph)
         return await self._snapshot(search.vector_search, query)
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:

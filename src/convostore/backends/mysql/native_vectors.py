@@ -17,8 +17,9 @@ in the same transaction: appends, re-embeddings, deleted and expired sessions.
 
 A search uses the index when it asks for the declared model, width and metric over all
 messages or an owner's (a session's few vectors are scanned exactly). The scope is a
-WHERE on the same statement; MariaDB walks the graph until ``LIMIT`` rows pass it, or
-plans an exact scan through a selective scope's own index. The rows found are scored
+WHERE on the same statement, and the graph is read first: MariaDB walks it until
+``LIMIT`` rows pass the WHERE (left to choose, its optimizer joins from ``events`` and
+sorts every vector, slower than the scan). The rows found are scored
 again from their stored vectors, exactly as a scan scores them; fewer than k rows (a
 graph walk that ended early, or a scope with fewer vectors) fall back to the exact scan.
 Zero vectors have no direction (their cosine distance is NULL in MariaDB and 0 as a
@@ -61,11 +62,11 @@ T = TypeVar("T")
 
 # The first MariaDB with VECTOR and VECTOR INDEX.
 NATIVE_SINCE: Final = (11, 7)
-# Neighbours per graph node (MariaDB's default is 6; more gives better recall for wide
-# vectors at a slower build; see benchmarks/mariadb_vectors.py).
+# The defaults of a store's graph (`MySQLBackend.graph_m` and ``ef_search``): neighbours
+# per node (MariaDB's default is 6; more gives better recall for wide vectors at a
+# slower build), and the candidates a search keeps while walking the graph (MariaDB's
+# mhnsw_ef_search; the server keeps at least the LIMIT). See benchmarks/mariadb_vectors.py.
 GRAPH_M: Final = 16
-# Candidates a search keeps while walking the graph (MariaDB's mhnsw_ef_search; the
-# server uses at least the LIMIT).
 EF_SEARCH: Final = 100
 # The MariaDB names of each metric: the index's DISTANCE and the function its ORDER BY
 # must use for the index to serve it.
@@ -96,12 +97,13 @@ CREATE_TABLE: Final = (
     ") ENGINE=InnoDB"
 )
 # The vectors of the recorded declaration among some events, zero vectors left out
-# (a vector's cosine distance to itself is NULL only when it is zero).
+# (the only ones at distance 0 from the zero vector of their width).
 _COPY = (
     "INSERT INTO native_vectors (row_id, embedding)"
     " SELECT e.row_id, e.embedding FROM events e JOIN native_vector_state v"
     " ON v.id = 1 AND e.embedding_model = v.model AND length(e.embedding) = 4 * v.dimensions"
-    " WHERE e.type = 'MESSAGE' AND VEC_DISTANCE_COSINE(e.embedding, e.embedding) IS NOT NULL"
+    " WHERE e.type = 'MESSAGE'"
+    " AND VEC_DISTANCE_EUCLIDEAN(e.embedding, REPEAT(x'00', length(e.embedding))) > 0"
 )
 _UPSERT = " ON DUPLICATE KEY UPDATE embedding = VALUES(embedding)"
 COPY_ALL: Final = _COPY + _UPSERT
@@ -131,16 +133,18 @@ _OWNER = " AND s.owner_id = %(owner_id)s"
 _ROLES = " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(e.role))"
 
 
-def search_sql(metric: Metric, owner: bool, roles: bool) -> str:
-    """The k rows nearest the query by the graph, with their stored vectors.
-    Parameters: vector, model, owner_id, roles, k."""
+def search_sql(metric: Metric, owner: bool, roles: bool, ef_search: int) -> str:
+    """The k rows nearest the query by the graph, with their stored vectors; the graph
+    is named and read first (left to itself, the optimizer drives the join from
+    ``events`` and sorts every row). Parameters: vector, owner_id, roles, k."""
     return (
-        f"SET STATEMENT mhnsw_ef_search = {EF_SEARCH} FOR"
-        " SELECT n.row_id, e.embedding, "
+        f"SET STATEMENT mhnsw_ef_search = {int(ef_search)} FOR"
+        " SELECT STRAIGHT_JOIN n.row_id, e.embedding, "
         f"{_DISTANCE_FUNCTION[metric]}(n.embedding, %(vector)s) AS distance"
-        " FROM native_vectors n JOIN events e ON e.row_id = n.row_id"
+        " FROM native_vectors n FORCE INDEX (native_vectors_graph)"
+        " JOIN events e ON e.row_id = n.row_id"
         + (" JOIN sessions s ON s.id = e.session_id" if owner else "")
-        + " WHERE e.type = 'MESSAGE' AND e.embedding_model = %(model)s"
+        + " WHERE 1 = 1"
         + (_OWNER if owner else "")
         + (_ROLES if roles else "")
         + " ORDER BY distance LIMIT %(k)s"
@@ -173,9 +177,10 @@ async def _unless_unbuilt(run: Awaitable[T]) -> T | None:
 # ---------------------------------------------------------------------------- building
 
 
-async def build(connection: Connection, spec: VectorIndexSpec) -> bool:
-    """Make ``native_vectors`` hold ``spec``'s vectors (the caller holds the migration
-    lock); nothing when it already does. True when it was (re)built."""
+async def build(connection: Connection, spec: VectorIndexSpec, graph_m: int) -> bool:
+    """Make ``native_vectors`` hold ``spec``'s vectors in a graph of ``graph_m``
+    neighbours per node (the caller holds the migration lock); nothing when it already
+    does. True when it was (re)built."""
     state = await fetch_one(connection, SELECT_STATE)
     (exists,) = await fetch_one(connection, TABLE_EXISTS)
     if exists and state is not None and _spec(state) == spec:
@@ -184,7 +189,7 @@ async def build(connection: Connection, spec: VectorIndexSpec) -> bool:
     if exists:
         await execute(connection, DROP_TABLE)
     ddl = CREATE_TABLE.format(
-        dimensions=int(spec.dimensions), m=GRAPH_M, distance=_DISTANCE[spec.metric]
+        dimensions=int(spec.dimensions), m=int(graph_m), distance=_DISTANCE[spec.metric]
     )
     await execute(connection, ddl)
     await execute(connection, RECORD_STATE, (spec.dimensions, spec.metric, spec.model))
@@ -263,9 +268,12 @@ async def delete_expired(
 # ---------------------------------------------------------------------------- searching
 
 
-async def search(connection: Connection, query: VectorQuery) -> list[tuple[int, float]] | None:
-    """The k best (row id, score) by the graph, scored as the exact scan scores; None
-    when the graph cannot answer this query (the caller scans)."""
+async def search(
+    connection: Connection, query: VectorQuery, ef_search: int = EF_SEARCH
+) -> list[tuple[int, float]] | None:
+    """The k best (row id, score) by the graph, walked with ``ef_search`` candidates,
+    scored as the exact scan scores; None when the graph cannot answer this query (the
+    caller scans)."""
     scope = query.scope
     if query.model is None or scope.session_id is not None or not any(query.vector):
         return None
@@ -274,10 +282,11 @@ async def search(connection: Connection, query: VectorQuery) -> list[tuple[int, 
         len(query.vector), query.metric, query.model
     ):
         return None
-    statement = search_sql(query.metric, scope.owner_id is not None, scope.roles is not None)
+    statement = search_sql(
+        query.metric, scope.owner_id is not None, scope.roles is not None, ef_search
+    )
     parameters = {
         "vector": np.asarray(query.vector, dtype="<f4").tobytes(),
-        "model": query.model,
         "owner_id": scope.owner_id,
         "roles": None if scope.roles is None else json.dumps([r.value for r in scope.roles]),
         "k": query.k,
@@ -285,6 +294,8 @@ async def search(connection: Connection, query: VectorQuery) -> list[tuple[int, 
     rows = await _unless_unbuilt(fetch_all(connection, statement, parameters))
     if rows is None or len(rows) < query.k:
         return None
+    # In row order, as the scan reads them, so equal scores rank as they do there.
+    rows = sorted(rows, key=lambda row: int(row[0]))
     matrix = from_blobs([row[1] for row in rows], len(query.vector))
     ranked = best(scores(query.vector, matrix, query.metric), query.k)
     return [(int(rows[index][0]), score) for index, score in ranked]

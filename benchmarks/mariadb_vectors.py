@@ -1,0 +1,92 @@
+"""Vector top-10 on MariaDB 11.8: its own vector index against the exact scan.
+
+The real-text corpus of `recall.py` (docstring sentences embedded with all-MiniLM-L6-v2,
+cached by `corpus.py`) is loaded through the store into a throwaway MariaDB 11.8 (the
+copy scripts/fetch_mariadb.sh unpacks; tests/servers/mariadb.py starts it), without an
+embedder, so no graph is kept while loading. A store connected with the corpus's
+embedder then builds the graph (timed). Every held-out query goes through
+``Store.search(vector=..., k=10)`` over all messages and over one owner's tenth: on the
+graph at each ``ef_search`` given, then by the exact scan (the same store with the
+capability turned off, as on a server without vectors). Recall@10 is against numpy's
+exact top 10 over the same rows.
+
+    .venv/bin/python benchmarks/mariadb_vectors.py [--sentences N] [--ef-search 20,40,100]
+        [--m 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import convostore
+from convostore.embedding import VectorIndexSpec
+from corpus import Corpus, load_corpus
+from recall import CorpusEmbedder, load_through_store, measure
+
+# The test servers live in the repository's tests package.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+async def run(corpus: Corpus, ef_searches: list[int], graph_m: int) -> None:
+    from tests.servers.mariadb import MARIADB_11_HOME, MariaDBServer
+
+    from convostore.backends.mysql import MySQLBackend
+
+    embedder = CorpusEmbedder(corpus.model, corpus.vectors.shape[1])
+    settings = {"innodb-buffer-pool-size": "2G", "mhnsw-max-cache-size": str(2**31)}
+    with MariaDBServer(home=MARIADB_11_HOME, settings=settings) as server:
+        url = server.url("vectors")
+        async with await convostore.connect(url) as store:
+            started = time.perf_counter()
+            row_of = await load_through_store(store, corpus)
+            print(f"  loaded in {time.perf_counter() - started:.0f} s")
+        async with await convostore.connect(url) as store:
+            backend = store.backend
+            assert isinstance(backend, MySQLBackend)
+            assert backend.server_vectors
+            backend.graph_m = graph_m
+            started = time.perf_counter()
+            await backend.declare_vector_index(VectorIndexSpec.of(embedder), replace=False)
+            print(f"  graph (M={graph_m}) built in {time.perf_counter() - started:.0f} s")
+        # The graph stands: connecting with the embedder finds it built.
+        async with await convostore.connect(url, embedder=embedder) as store:
+            backend = store.backend
+            assert isinstance(backend, MySQLBackend)
+            for ef_search in ef_searches:
+                backend.ef_search = ef_search
+                await store.search(vector=corpus.query_vectors[0].tolist(), k=10)  # warm
+                await measure(f"MariaDB graph ef_search={ef_search}", store, corpus, row_of)
+            backend.server_vectors = False
+            await store.search(vector=corpus.query_vectors[0].tolist(), k=10)  # warm
+            await measure("MariaDB exact scan", store, corpus, row_of)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sentences", type=int, default=100_000, help="the first N of the cached 100,000"
+    )
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ef-search", default="20,40,100,200")
+    parser.add_argument("--m", type=int, default=16, help="the graph's neighbours per node")
+    arguments = parser.parse_args()
+    whole = load_corpus(100_000, arguments.queries)
+    count = arguments.sentences
+    corpus = dataclasses.replace(
+        whole, sentences=whole.sentences[:count], vectors=whole.vectors[:count]
+    )
+    print(
+        f"MariaDB 11.8 vectors: {len(corpus.sentences):,} docstring sentences x "
+        f"{corpus.vectors.shape[1]} ({corpus.model}), {len(corpus.queries)} held-out queries"
+    )
+    ef_searches = [int(value) for value in arguments.ef_search.split(",")]
+    asyncio.run(run(corpus, ef_searches, arguments.m))
+
+
+if __name__ == "__main__":
+    main()
