@@ -16,12 +16,11 @@ Every write that removes or changes a vector therefore removes or changes its ro
 in the same transaction: appends, re-embeddings, deleted and expired sessions.
 
 A search uses the index when it asks for the declared model, width and metric over all
-messages or an owner's (a session's few vectors are scanned exactly). The scope is a
-WHERE on the same statement, and the graph is read first: MariaDB walks it until
-``LIMIT`` rows pass the WHERE (left to choose, its optimizer joins from ``events`` and
-sorts every vector, slower than the scan). The rows found are scored
-again from their stored vectors, exactly as a scan scores them; fewer than k rows (a
-graph walk that ended early, or a scope with fewer vectors) fall back to the exact scan.
+messages or an owner's (a session's few vectors are scanned exactly). A scope (an
+owner, roles) keeps the rows in it among the graph's `SCOPED_CANDIDATES` nearest per hit
+asked for. The rows found are scored again from their stored vectors, exactly as a scan
+scores them; fewer than k rows (a narrow scope, or a graph walk that ended early) fall
+back to the exact scan.
 Zero vectors have no direction (their cosine distance is NULL in MariaDB and 0 as a
 similarity in convostore): they are left out of the graph, and a zero query is scanned.
 """
@@ -75,6 +74,11 @@ _DISTANCE_FUNCTION: Final[dict[Metric, str]] = {
     "cosine": "VEC_DISTANCE_COSINE",
     "euclidean": "VEC_DISTANCE_EUCLIDEAN",
 }
+# A scoped search takes this many of the graph's nearest per hit asked for, then keeps
+# those in scope. When k of them are, they are the scope's k nearest (as far as the
+# graph finds its nearest); when fewer are, the scope is narrow, so its exact scan is
+# small, and that answers instead.
+SCOPED_CANDIDATES: Final = 20
 ER_NO_SUCH_TABLE: Final = 1146
 
 PROBE: Final = "SELECT VEC_FromText('[1]')"
@@ -134,20 +138,22 @@ _ROLES = " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(e.role))"
 
 
 def search_sql(metric: Metric, owner: bool, roles: bool, ef_search: int) -> str:
-    """The k rows nearest the query by the graph, with their stored vectors; the graph
-    is named and read first (left to itself, the optimizer drives the join from
-    ``events`` and sorts every row). Parameters: vector, owner_id, roles, k."""
+    """The k rows in scope nearest the query among the graph's ``candidates`` nearest,
+    with their stored vectors. The graph is read alone, in a derived table that drives
+    the join (joined directly, the optimizer starts from ``events`` or the owner's
+    sessions and sorts every vector in them).
+    Parameters: vector, candidates, owner_id, roles, k."""
     return (
         f"SET STATEMENT mhnsw_ef_search = {int(ef_search)} FOR"
-        " SELECT STRAIGHT_JOIN n.row_id, e.embedding, "
-        f"{_DISTANCE_FUNCTION[metric]}(n.embedding, %(vector)s) AS distance"
-        " FROM native_vectors n FORCE INDEX (native_vectors_graph)"
-        " JOIN events e ON e.row_id = n.row_id"
+        " SELECT STRAIGHT_JOIN c.row_id, e.embedding FROM ("
+        f"SELECT n.row_id, {_DISTANCE_FUNCTION[metric]}(n.embedding, %(vector)s) AS distance"
+        " FROM native_vectors n ORDER BY distance LIMIT %(candidates)s"
+        ") c JOIN events e ON e.row_id = c.row_id"
         + (" JOIN sessions s ON s.id = e.session_id" if owner else "")
         + " WHERE 1 = 1"
         + (_OWNER if owner else "")
         + (_ROLES if roles else "")
-        + " ORDER BY distance LIMIT %(k)s"
+        + " ORDER BY c.distance LIMIT %(k)s"
     )
 
 
@@ -282,6 +288,7 @@ async def search(
         len(query.vector), query.metric, query.model
     ):
         return None
+    scoped = scope.owner_id is not None or scope.roles is not None
     statement = search_sql(
         query.metric, scope.owner_id is not None, scope.roles is not None, ef_search
     )
@@ -289,6 +296,7 @@ async def search(
         "vector": np.asarray(query.vector, dtype="<f4").tobytes(),
         "owner_id": scope.owner_id,
         "roles": None if scope.roles is None else json.dumps([r.value for r in scope.roles]),
+        "candidates": query.k * (SCOPED_CANDIDATES if scoped else 1),
         "k": query.k,
     }
     rows = await _unless_unbuilt(fetch_all(connection, statement, parameters))
