@@ -315,3 +315,36 @@ async def test_a_graph_whose_build_was_interrupted_is_built_again(stores: Stores
     reopened = await stores.open(embedder=embedder)
     assert await graph_count(reopened) == 20
     assert await rows(reopened, "SELECT model FROM native_vector_state") == [(embedder.name,)]
+
+
+async def test_a_user_without_create_connects_and_scans(
+    stores: Stores, graph: GraphAnswers, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = HashingEmbedder(16)
+    owner = await stores.open(embedder=embedder)
+    await fill(owner, ADA, 2, 10)
+    database = stores.url.rsplit("/", 1)[1]
+    user = f"app_{database}"[:80]
+    async with backend(owner).pool.acquire() as connection:
+        cursor = connection.cursor()
+        # As a database that was written before the server had vectors.
+        await cursor.execute("DELETE FROM native_vector_state")
+        await cursor.execute("DROP TABLE native_vectors")
+        await cursor.execute(f"CREATE USER '{user}'@'127.0.0.1'")
+        await cursor.execute(
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{database}`.* TO '{user}'@'127.0.0.1'"
+        )
+    try:
+        app_url = stores.url.replace("mysql://root@", f"mysql://{user}@")
+        app = await convostore.connect(app_url, embedder=embedder)
+        try:
+            assert "vector index is not built" in caplog.text
+            assert len(await app.search("alpha beta", k=5)) == 5
+            assert graph.answers == [False]
+        finally:
+            await app.close()
+        rebuilt = await stores.open(embedder=embedder)
+        assert await graph_count(rebuilt) == 20
+    finally:
+        async with backend(owner).pool.acquire() as connection:
+            await connection.cursor().execute(f"DROP USER '{user}'@'127.0.0.1'")

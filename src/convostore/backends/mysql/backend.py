@@ -334,11 +334,9 @@ class MySQLBackend(Backend):
         """Under the migration lock: with ``replace``, drop the graph; with ``build``,
         build the graph of the recorded declaration where it is not built."""
         async with self._connection() as connection, migration_lock(connection, self.target):
-            if replace:
-                await native_vectors.drop(connection)
-            spec = await search.vector_index_spec(connection)
-            if build and spec is not None:
-                await native_vectors.build(connection, spec, self.graph_m)
+            await native_vectors.ensure(
+                connection, replace=replace, build=build, graph_m=self.graph_m, where=self._where
+            )
 
     async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int

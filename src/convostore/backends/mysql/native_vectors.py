@@ -28,6 +28,7 @@ similarity in convostore): they are left out of the graph, and a zero query is s
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
@@ -48,16 +49,19 @@ __all__ = [
     "GRAPH_M",
     "NATIVE_SINCE",
     "append",
-    "build",
+    "build_graph",
     "delete_expired",
     "delete_session",
     "drop",
+    "ensure",
     "search",
     "server_has_vectors",
     "set_embeddings",
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("convostore.mysql")
 
 # The first MariaDB with VECTOR and VECTOR INDEX.
 NATIVE_SINCE: Final = (11, 7)
@@ -80,8 +84,11 @@ _DISTANCE_FUNCTION: Final[dict[Metric, str]] = {
 # small, and that answers instead.
 SCOPED_CANDIDATES: Final = 20
 ER_NO_SUCH_TABLE: Final = 1146
+# Denied: on the database, on a table, or a command.
+ACCESS_DENIED: Final = frozenset({1044, 1142, 1227})
 
 PROBE: Final = "SELECT VEC_FromText('[1]')"
+SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
 SELECT_STATE: Final = "SELECT dimensions, metric, model FROM native_vector_state WHERE id = 1"
 CLEAR_STATE: Final = "DELETE FROM native_vector_state"
 RECORD_STATE: Final = (
@@ -183,7 +190,31 @@ async def _unless_unbuilt(run: Awaitable[T]) -> T | None:
 # ---------------------------------------------------------------------------- building
 
 
-async def build(connection: Connection, spec: VectorIndexSpec, graph_m: int) -> bool:
+async def ensure(
+    connection: Connection, *, replace: bool, build: bool, graph_m: int, where: str
+) -> None:
+    """With ``replace``, drop the graph; with ``build``, build the graph of the recorded
+    declaration where it is not built (the caller holds the migration lock). A user
+    without the privileges to do so is warned, and searches scan."""
+    try:
+        if replace:
+            await drop(connection)
+        spec = await fetch_one(connection, SELECT_VECTOR_INDEX)
+        if build and spec is not None:
+            await build_graph(connection, _spec(spec), graph_m)
+    except errors.OperationalError as error:
+        if error_code(error) not in ACCESS_DENIED:
+            raise
+        log.warning(
+            "%s: MariaDB's vector index is not %s (%s); vector search scans until a user "
+            "with CREATE and DROP on the database connects",
+            where,
+            "rebuilt" if replace else "built",
+            error.args[1] if len(error.args) > 1 else error,
+        )
+
+
+async def build_graph(connection: Connection, spec: VectorIndexSpec, graph_m: int) -> bool:
     """Make ``native_vectors`` hold ``spec``'s vectors in a graph of ``graph_m``
     neighbours per node (the caller holds the migration lock); nothing when it already
     does. True when it was (re)built."""
