@@ -9,7 +9,8 @@ embedder then builds the graph (timed). Every held-out query goes through
 graph at each ``ef_search`` given, then by the exact scan (the same store with the
 capability turned off, as on a server without vectors; the first ``--exact-queries``
 only, as it reads every vector in scope). Recall@10 is against numpy's exact top 10
-over the same rows.
+over the same rows. Last, the cost the graph adds to an append of one message with
+its vector.
 
     .venv/bin/python benchmarks/mariadb_vectors.py [--sentences N] [--ef-search 20,40,100]
         [--m 16]
@@ -20,11 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import statistics
 import sys
 import time
 from pathlib import Path
 
 import convostore
+from convostore import MessageWrite, Role, Store, User
+from convostore.backends.mysql import MySQLBackend
 from convostore.embedding import VectorIndexSpec
 from corpus import Corpus, load_corpus
 from recall import CorpusEmbedder, load_through_store, measure
@@ -35,8 +39,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 async def run(corpus: Corpus, ef_searches: list[int], graph_m: int, exact_queries: int) -> None:
     from tests.servers.mariadb import MARIADB_11_HOME, MariaDBServer
-
-    from convostore.backends.mysql import MySQLBackend
 
     embedder = CorpusEmbedder(corpus.model, corpus.vectors.shape[1])
     settings = {"innodb-buffer-pool-size": "2G", "mhnsw-max-cache-size": str(2**31)}
@@ -70,6 +72,28 @@ async def run(corpus: Corpus, ef_searches: list[int], graph_m: int, exact_querie
                 query_vectors=corpus.query_vectors[:exact_queries],
             )
             await measure("MariaDB exact scan", store, scanned, row_of)
+            await append_cost(store, backend, corpus)
+
+
+async def append_cost(store: Store, backend: MySQLBackend, corpus: Corpus) -> None:
+    """One message with its vector per append, with the graph kept and without it
+    (turn by turn, so the machine's load falls on both alike): the median append."""
+    owner = User("appender", "Appender")
+    timings: dict[bool, list[float]] = {True: [], False: []}
+    session = await store.create_session(owner)
+    for turn in range(10):
+        backend.server_vectors = turn % 2 == 0
+        for row in range(20):
+            vector = corpus.query_vectors[(turn * 20 + row) % len(corpus.query_vectors)]
+            write = MessageWrite(
+                Role.USER, "appended", embedding=vector.tolist(), embedding_model=corpus.model
+            )
+            began = time.perf_counter()
+            await store.add_message(session.id, write)
+            timings[backend.server_vectors].append(time.perf_counter() - began)
+    for graph, label in ((True, "graph kept"), (False, "no graph")):
+        median = statistics.median(timings[graph]) * 1000
+        print(f"  append of one message with its vector, {label:<10}: median {median:.2f} ms")
 
 
 def main() -> None:
@@ -77,17 +101,22 @@ def main() -> None:
     parser.add_argument(
         "--sentences", type=int, default=100_000, help="the first N of the cached 100,000"
     )
-    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--queries", type=int, default=200, help="the first N of the 200")
     parser.add_argument("--ef-search", default="20,40,100,200")
     parser.add_argument("--m", type=int, default=16, help="the graph's neighbours per node")
     parser.add_argument(
         "--exact-queries", type=int, default=50, help="queries the (slow) exact scan runs"
     )
     arguments = parser.parse_args()
-    whole = load_corpus(100_000, arguments.queries)
-    count = arguments.sentences
+    # The cached corpus, cut down: never one of other sizes, which would be embedded anew.
+    whole = load_corpus(100_000, 200)
+    count, queries = arguments.sentences, arguments.queries
     corpus = dataclasses.replace(
-        whole, sentences=whole.sentences[:count], vectors=whole.vectors[:count]
+        whole,
+        sentences=whole.sentences[:count],
+        vectors=whole.vectors[:count],
+        queries=whole.queries[:queries],
+        query_vectors=whole.query_vectors[:queries],
     )
     print(
         f"MariaDB 11.8 vectors: {len(corpus.sentences):,} docstring sentences x "

@@ -248,6 +248,8 @@ class MariaDBServer:
             self._mariadbd(), "--no-defaults", f"--datadir={self.data}",
             f"--port={self.port}", f"--socket={self.socket_path}",
             f"--pid-file={self.directory / 'mariadbd.pid'}", f"--log-error={self.log_file}",
+            # Its temporary tables beside its data: a shared /tmp is cleaned by others.
+            f"--tmpdir={self.directory}",
             *self._as_user, *options,
         ]  # fmt: skip
         self._process = subprocess.Popen(

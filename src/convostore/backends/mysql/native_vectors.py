@@ -118,14 +118,24 @@ _COPY = (
 )
 _UPSERT = " ON DUPLICATE KEY UPDATE embedding = VALUES(embedding)"
 COPY_ALL: Final = _COPY + _UPSERT
-_BY_IDS = (
-    " AND e.id IN (SELECT value FROM"
-    " JSON_TABLE(%s, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) ids)"
-)
-COPY_EVENTS: Final = _COPY + _BY_IDS + _UPSERT
-DELETE_EVENTS: Final = (
-    "DELETE n FROM native_vectors n JOIN events e ON e.row_id = n.row_id WHERE 1 = 1" + _BY_IDS
-)
+_DELETE_EVENTS = "DELETE n FROM native_vectors n JOIN events e ON e.row_id = n.row_id WHERE 1 = 1"
+
+
+def _by_ids(count: int) -> str:
+    # A list of bound ids: a JSON_TABLE subquery would be a temporary table per write.
+    return " AND e.id IN (" + ", ".join(["%s"] * count) + ")"
+
+
+def copy_events_sql(count: int) -> str:
+    """Copy the vectors of ``count`` events (their ids the parameters) into the graph."""
+    return _COPY + _by_ids(count) + _UPSERT
+
+
+def delete_events_sql(count: int) -> str:
+    """Delete the graph's rows of ``count`` events (their ids the parameters)."""
+    return _DELETE_EVENTS + _by_ids(count)
+
+
 # A session's vectors and its parts' (parts are one level deep).
 DELETE_OF_SESSION: Final = (
     "DELETE n FROM native_vectors n JOIN events e ON e.row_id = n.row_id"
@@ -267,7 +277,7 @@ async def append(
             if isinstance(p.event, Message) and p.event.embedding is not None
         ]
         if ids:
-            await _unless_unbuilt(execute(connection, COPY_EVENTS, (json.dumps(ids),)))
+            await _unless_unbuilt(execute(connection, copy_events_sql(len(ids)), ids))
     return outcome
 
 
@@ -280,9 +290,11 @@ async def set_embeddings(
     """``write(connection, *args)`` (which sets the vectors of ``message_ids``), then
     the graph made to match: their old rows removed, those of the declaration copied."""
     await write(connection, *args)
-    ids = json.dumps(list(message_ids))
-    if await _unless_unbuilt(execute(connection, DELETE_EVENTS, (ids,))) is not None:
-        await execute(connection, COPY_EVENTS, (ids,))
+    ids = list(message_ids)
+    if not ids:
+        return
+    if await _unless_unbuilt(execute(connection, delete_events_sql(len(ids)), ids)) is not None:
+        await execute(connection, copy_events_sql(len(ids)), ids)
 
 
 async def delete_session(connection: Connection, session_id: str) -> bool:
