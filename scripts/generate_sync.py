@@ -47,7 +47,14 @@ class Facade:
 
     @property
     def path(self) -> Path:
-        return SOURCE.joinpath(*self.module.split(".")).with_suffix(".py")
+        return module_path(self.module)
+
+
+def module_path(module: str) -> Path:
+    """The source file of ``module``, a module or a package."""
+    base = SOURCE.joinpath(*module.split("."))
+    package = base / "__init__.py"
+    return package if package.exists() else base.with_suffix(".py")
 
 
 CONVERSATION = ("SyncConversation", "SyncConversation({}, self._loop_thread)")
@@ -263,19 +270,53 @@ def _attribute_types(cls: ast.ClassDef) -> dict[str, str]:
     return types
 
 
+def class_chain(source: SourceModule, name: str) -> list[tuple[SourceModule, ast.ClassDef]]:
+    """The class ``name`` of ``source`` after its bases written in convostore, each once,
+    bases first (in the order the class names them), so a subclass's method wins."""
+    chain: list[tuple[SourceModule, ast.ClassDef]] = []
+    seen: set[tuple[str, str]] = set()
+
+    def visit(module: SourceModule, class_name: str) -> None:
+        if (module.module, class_name) in seen:
+            return
+        seen.add((module.module, class_name))
+        cls = module.find_class(class_name)
+        for base in cls.bases:
+            if not isinstance(base, ast.Name):
+                continue
+            origin = module.origin.get(base.id)
+            if origin is None or not origin.startswith("convostore"):
+                continue
+            visit(module if origin == module.module else _parsed(origin), base.id)
+        chain.append((module, cls))
+
+    visit(source, name)
+    return chain
+
+
+def _parsed(module: str) -> SourceModule:
+    return SourceModule(module, module_path(module))
+
+
 def generate_class(facade: Facade, imports: Imports) -> str:
-    source = SourceModule(facade.module, facade.path)
-    cls = source.find_class(facade.name)
+    chain = class_chain(SourceModule(facade.module, facade.path), facade.name)
+    source, cls = chain[-1]
     typevars = frozenset(facade.returns)
     imports.add(facade.name, facade.module)
     lines = [f"class {facade.sync_name}({facade.base}):"]
     lines += [f"    {_docstring(cls, '    ', facade.doc)}".rstrip(), ""]
-    known = _attribute_types(cls)
+    known: dict[str, tuple[SourceModule, str]] = {}
+    members: dict[str, tuple[SourceModule, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    for module, part in chain:
+        known.update((name, (module, text)) for name, text in _attribute_types(part).items())
+        for node in part.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                members[node.name] = (module, node)
     for name, declared in facade.attributes.items():
-        annotation = declared or known.get(name)
+        owner, annotation = (source, declared) if declared else known.get(name, (source, None))
         if annotation is None:
             raise SystemExit(f"{facade.name}.{name}: no annotated attribute")
-        source.use(annotation, imports, typevars)
+        owner.use(annotation, imports, typevars)
         lines += [
             "    @property",
             f"    def {name}(self) -> {annotation}:",
@@ -283,9 +324,7 @@ def generate_class(facade: Facade, imports: Imports) -> str:
             "",
         ]
     has_context = False
-    for node in cls.body:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
+    for module, node in members.values():
         if node.name == "__aexit__":
             has_context = True
         if node.name.startswith("_") or node.name in facade.exclude:
@@ -295,11 +334,11 @@ def generate_class(facade: Facade, imports: Imports) -> str:
             for d in node.decorator_list
         ):
             continue
-        _use_arguments(source, node.args, imports, typevars)
+        _use_arguments(module, node.args, imports, typevars)
         returned = ast.unparse(node.returns) if node.returns is not None else "None"
         sync_returned, wrap = facade.returns.get(returned, (returned, "{}"))
         if sync_returned == returned:
-            source.use(returned, imports, typevars)
+            module.use(returned, imports, typevars)
         doc = _docstring(node, "        ", facade.docs.get(node.name))
         if _is_property(node):
             lines += ["    @property", f"    def {node.name}(self) -> {sync_returned}:"]

@@ -56,7 +56,7 @@ from convostore.model import (
     User,
     UserRef,
 )
-from convostore.store import SearchMode
+from convostore.store.search import SearchMode
 
 __all__ = ["SyncConversation", "SyncConversationFactory", "SyncProxy", "SyncStore", "connect"]
 
@@ -297,6 +297,36 @@ class SyncStore(SyncStoreBase):
         session."""
         return self._run(self._target.set_narration(session_id, message_id, text))
 
+    def compact(
+        self,
+        session_id: str,
+        strategy: CompactionStrategy,
+        summarize: Summarize,
+        trigger: CompactionTrigger | None = None,
+    ) -> CompactionResult | None:
+        """Compact the active view: read it and its version, cut where ``strategy``
+        says (snapped forward to a turn start; the newest turn is always kept), call
+        ``summarize(events)`` (sync or async, returning a string or a list of them) on
+        what leaves the view, and write the boundary and the summaries in one
+        `append_events` with that version. None, and nothing written, when the trigger
+        does not fire, nothing leaves the view, or another writer moved the version
+        first (`compact_outcome` says which). An unknown session raises
+        `SessionNotFoundError`."""
+        return self._run(self._target.compact(session_id, strategy, summarize, trigger))
+
+    def compact_outcome(
+        self,
+        session_id: str,
+        strategy: CompactionStrategy,
+        summarize: Summarize,
+        trigger: CompactionTrigger | None = None,
+    ) -> CompactionOutcome:
+        """`compact`, returning what it did: ``result``, or ``skipped`` with the reason
+        it wrote nothing (`CompactionSkipped`: the trigger did not fire, nothing leaves
+        the view, or another writer moved the version first, when compacting again
+        works on the new view)."""
+        return self._run(self._target.compact_outcome(session_id, strategy, summarize, trigger))
+
     def search(
         self,
         query: str | None = None,
@@ -343,36 +373,6 @@ class SyncStore(SyncStoreBase):
         failed and how many were never tried; a rerun touches only what is pending.
         ``on_progress(done, total)`` is called after each page."""
         return self._run(self._target.reembed(embedder, on_progress=on_progress))
-
-    def compact(
-        self,
-        session_id: str,
-        strategy: CompactionStrategy,
-        summarize: Summarize,
-        trigger: CompactionTrigger | None = None,
-    ) -> CompactionResult | None:
-        """Compact the active view: read it and its version, cut where ``strategy``
-        says (snapped forward to a turn start; the newest turn is always kept), call
-        ``summarize(events)`` (sync or async, returning a string or a list of them) on
-        what leaves the view, and write the boundary and the summaries in one
-        `append_events` with that version. None, and nothing written, when the trigger
-        does not fire, nothing leaves the view, or another writer moved the version
-        first (`compact_outcome` says which). An unknown session raises
-        `SessionNotFoundError`."""
-        return self._run(self._target.compact(session_id, strategy, summarize, trigger))
-
-    def compact_outcome(
-        self,
-        session_id: str,
-        strategy: CompactionStrategy,
-        summarize: Summarize,
-        trigger: CompactionTrigger | None = None,
-    ) -> CompactionOutcome:
-        """`compact`, returning what it did: ``result``, or ``skipped`` with the reason
-        it wrote nothing (`CompactionSkipped`: the trigger did not fire, nothing leaves
-        the view, or another writer moved the version first, when compacting again
-        works on the new view)."""
-        return self._run(self._target.compact_outcome(session_id, strategy, summarize, trigger))
 
 
 class SyncConversationFactory(SyncProxy[BaseConversationFactory[Any]]):

@@ -1,4 +1,4 @@
-"""The in-memory backend: the reference every other backend is held to.
+"""The in-memory backend's primitives: the reference every other backend is held to.
 
 Everything lives in this process and is gone when it ends. Each primitive runs under
 one lock without awaiting, so it is atomic for every task and thread using the store.
@@ -6,17 +6,14 @@ one lock without awaiting, so it is atomic for every task and thread using the s
 
 from __future__ import annotations
 
-import bisect
 import math
 import threading
-from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Self
 
 from convostore._json import index_value
-from convostore._time import to_micros
 from convostore._vectors import as_matrix, top_k
 from convostore.backends.interface import (
     Backend,
@@ -27,7 +24,8 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.cursors import Keyset
+from convostore.backends.memory.indexes import SessionIndexes, SessionRecord, listed
+from convostore.backends.memory.view import LogView
 from convostore.embedding import PendingEmbedding, VectorIndexSpec, text_tokens
 from convostore.errors import (
     EventIdConflictError,
@@ -37,11 +35,7 @@ from convostore.errors import (
     StaleObjectError,
     UnknownUserError,
 )
-from convostore.filters import (
-    EventFilter,
-    compaction_parts,
-    is_turn_start,
-)
+from convostore.filters import EventFilter
 from convostore.model import (
     COMPACTION,
     Event,
@@ -50,7 +44,6 @@ from convostore.model import (
     SearchHit,
     Session,
     SessionFilter,
-    SessionOrder,
     SessionSummary,
     User,
 )
@@ -65,24 +58,6 @@ from convostore.prepare import (
 
 __all__ = ["MemoryBackend"]
 
-# An owner's sessions by last activity: (last_activity_at in microseconds, id).
-_ActivityKey = tuple[int, str]
-
-
-@dataclass(slots=True)
-class _SessionRecord:
-    session: Session
-    # seq n is log[n - 1]: the log is dense from 1 and never loses an event.
-    log: list[Event] = field(default_factory=list)
-    # Event id -> its index in the log, for replays and narration.
-    positions: dict[str, int] = field(default_factory=dict)
-    # The indexes of the log's COMPACTION boundaries, oldest first.
-    boundaries: list[int] = field(default_factory=list)
-    message_count: int = 0
-    started_by: str | None = None
-    # Authors in order of their first message; a dict keeps insertion order.
-    participants: dict[str, None] = field(default_factory=dict)
-
 
 class MemoryBackend(Backend):
     """`memory://`: a database held in this process's memory, one per store."""
@@ -94,15 +69,9 @@ class MemoryBackend(Backend):
         self._vector_spec: VectorIndexSpec | None = None
         self._lock = threading.RLock()
         self._users: dict[str, User] = {}
-        self._sessions: dict[str, _SessionRecord] = {}
+        self._sessions: dict[str, SessionRecord] = {}
         self._event_sessions: dict[str, str] = {}
-        # Indexes that make listings, pages and counts cost what they return: each
-        # owner's session ids (ascending, UUIDv7 = creation order), the same by last
-        # activity, how many of each (kind, is a part), and each session's parts.
-        self._created: dict[str | None, list[str]] = {}
-        self._active: dict[str | None, list[_ActivityKey]] = {}
-        self._counts: dict[str | None, Counter[tuple[str, bool]]] = {}
-        self._parts: dict[str, list[str]] = {}
+        self._indexes = SessionIndexes()
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -176,13 +145,8 @@ class MemoryBackend(Backend):
             if parent.session.owner_id != session.owner_id:
                 raise InvalidArgumentError("part_of must name a session with the same owner")
         self._insert_users(new.users_to_insert)
-        self._sessions[session.id] = _SessionRecord(session)
-        owner = session.owner_id
-        bisect.insort(self._created.setdefault(owner, []), session.id)
-        bisect.insort(self._active.setdefault(owner, []), _activity_key(session))
-        self._counts.setdefault(owner, Counter())[_count_key(session)] += 1
-        if session.part_of is not None:
-            bisect.insort(self._parts.setdefault(session.part_of, []), session.id)
+        self._sessions[session.id] = SessionRecord(session)
+        self._indexes.add(session)
         return session
 
     async def find_or_insert_part(self, new: NewSession) -> Session:
@@ -236,18 +200,11 @@ class MemoryBackend(Backend):
             return True
 
     def _delete(self, session_id: str) -> None:
-        for part_id in self._parts.pop(session_id, []):
-            self._delete(part_id)
         record = self._sessions.pop(session_id)
         for event in record.log:
             self._event_sessions.pop(event.id, None)
-        session = record.session
-        owner = session.owner_id
-        _remove(self._created[owner], session.id)
-        _remove(self._active[owner], _activity_key(session))
-        self._counts[owner][_count_key(session)] -= 1
-        if session.part_of is not None and session.part_of in self._parts:
-            _remove(self._parts[session.part_of], session.id)
+        for part_id in self._indexes.remove(record.session):
+            self._delete(part_id)
 
     async def list_sessions(self, page: SessionPage) -> list[Session]:
         with self._lock:
@@ -257,41 +214,21 @@ class MemoryBackend(Backend):
         with self._lock:
             return [self._summary(r) for r in self._owner_records(page)]
 
-    def _owner_records(self, page: SessionPage) -> list[_SessionRecord]:
+    def _owner_records(self, page: SessionPage) -> list[SessionRecord]:
         """Newest first from the cursor on, walking the owner's index: a page costs its
         own rows (and the rows the filter passes over), wherever it starts."""
-        records: list[_SessionRecord] = []
-        for session_id in self._newest_first(page.owner_id, page.order, page.after):
+        records: list[SessionRecord] = []
+        for session_id in self._indexes.newest_first(page.owner_id, page.order, page.after):
             record = self._sessions[session_id]
-            if _listed(record.session, page.owner_id, page.filter):
+            if listed(record.session, page.owner_id, page.filter):
                 records.append(record)
                 if len(records) == page.limit:
                     break
         return records
 
-    def _newest_first(
-        self, owner_id: str, order: SessionOrder, after: Keyset | None
-    ) -> Iterator[str]:
-        if order is SessionOrder.LAST_ACTIVITY:
-            by_activity = self._active.get(owner_id, [])
-            end = len(by_activity)
-            if after is not None:
-                end = bisect.bisect_left(
-                    by_activity, (after.last_activity_us or 0, after.session_id)
-                )
-            return (by_activity[i][1] for i in range(end - 1, -1, -1))
-        created = self._created.get(owner_id, [])
-        end = len(created) if after is None else bisect.bisect_left(created, after.session_id)
-        return (created[i] for i in range(end - 1, -1, -1))
-
     async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
         with self._lock:
-            return sum(
-                count
-                for (kind, is_part), count in self._counts.get(owner_id, Counter()).items()
-                if (filter.include_parts or not is_part)
-                and (filter.kind is None or kind == filter.kind)
-            )
+            return self._indexes.count(owner_id, filter)
 
     async def find_part(self, part_of: str, held_with: str) -> Session | None:
         with self._lock:
@@ -299,7 +236,7 @@ class MemoryBackend(Backend):
 
     def _find(self, part_of: str, held_with: str) -> Session | None:
         # Parts are kept in id order, so the first match is the earliest.
-        for part_id in self._parts.get(part_of, ()):
+        for part_id in self._indexes.parts(part_of):
             part = self._sessions[part_id].session
             if part.held_with == held_with:
                 return part
@@ -307,9 +244,9 @@ class MemoryBackend(Backend):
 
     async def list_parts(self, part_of: str) -> list[SessionSummary]:
         with self._lock:
-            return [self._summary(self._sessions[i]) for i in self._parts.get(part_of, ())]
+            return [self._summary(self._sessions[i]) for i in self._indexes.parts(part_of)]
 
-    def _summary(self, record: _SessionRecord) -> SessionSummary:
+    def _summary(self, record: SessionRecord) -> SessionSummary:
         owner_id = record.session.owner_id
         return SessionSummary(
             session=record.session,
@@ -408,10 +345,7 @@ class MemoryBackend(Backend):
                 last_activity_at=last_activity,
                 stamp=append.new_stamp,
             )
-            if last_activity != session.last_activity_at:
-                by_activity = self._active[session.owner_id]
-                _remove(by_activity, _activity_key(session))
-                bisect.insort(by_activity, _activity_key(record.session))
+            self._indexes.moved(session, record.session)
             return AppendOutcome(applied=True, events=events)
 
     async def version(self, session_id: str) -> int:
@@ -424,7 +358,7 @@ class MemoryBackend(Backend):
             record = self._sessions.get(session_id)
             if record is None:
                 return []
-            view = _View.of(record) if event_filter.active_view else _View(record.log)
+            view = LogView.of(record) if event_filter.active_view else LogView(record.log)
             return view.answer(event_filter)
 
     async def set_narration(
@@ -443,7 +377,7 @@ class MemoryBackend(Backend):
             record.log[index] = replace(event, narration=text, stamp=stamp)
             return True
 
-    def _record(self, session_id: str) -> _SessionRecord:
+    def _record(self, session_id: str) -> SessionRecord:
         record = self._sessions.get(session_id)
         if record is None:
             raise SessionNotFoundError(f"no session {session_id!r}")
@@ -543,105 +477,3 @@ class MemoryBackend(Backend):
             hits.append(SearchHit(message, frequency / math.sqrt(len(tokens))))
         hits.sort(key=lambda hit: (-hit.score, hit.message.id))
         return hits[: query.k]
-
-
-def _listed(session: Session, owner_id: str, filter: SessionFilter) -> bool:
-    return (
-        session.owner_id == owner_id
-        and (filter.include_parts or session.part_of is None)
-        and (filter.kind is None or session.kind == filter.kind)
-    )
-
-
-def _activity_key(session: Session) -> _ActivityKey:
-    return (to_micros(session.last_activity_at), session.id)
-
-
-def _count_key(session: Session) -> tuple[str, bool]:
-    return (session.kind, session.part_of is not None)
-
-
-def _remove(ordered: list[Any], item: Any) -> None:
-    """Remove ``item`` from the sorted list ``ordered``, found by bisection."""
-    index = bisect.bisect_left(ordered, item)
-    if index < len(ordered) and ordered[index] == item:
-        del ordered[index]
-
-
-@dataclass(frozen=True, slots=True)
-class _View:
-    """A log or its active view, read without copying it: ``head`` (the newest boundary's
-    summaries, then the events it keeps) then ``log[tail:]`` less ``skip`` (the
-    summaries, already in the head).
-
-    A window (``last``, or ``after_seq`` with ``limit``) walks it from the end or from
-    the cursor's position and stops when the answer is complete, so it costs the events
-    it returns and those the filter passes over, not the length of the log.
-    """
-
-    log: Sequence[Event]
-    head: Sequence[Event] = ()
-    tail: int = 0
-    skip: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, record: _SessionRecord) -> _View:
-        """The active view of a session's log (the whole log when it has no boundary)."""
-        if not record.boundaries:
-            return cls(record.log)
-        at = record.boundaries[-1]
-        kept_ids, summaries = compaction_parts(record.log[at], record.log[at + 1 :])
-        kept = sorted(
-            record.positions[i] for i in set(kept_ids) if record.positions.get(i, at) < at
-        )
-        return cls(
-            record.log,
-            head=[*summaries, *(record.log[i] for i in kept)],
-            tail=at + 1,
-            skip=frozenset(event.id for event in summaries),
-        )
-
-    def forward(self, after_seq: int | None) -> Iterator[Event]:
-        for event in self.head:
-            if after_seq is None or event.seq > after_seq:
-                yield event
-        # seq n sits at log[n - 1], so the events after a seq start at that index.
-        start = self.tail if after_seq is None else max(self.tail, min(after_seq, len(self.log)))
-        for index in range(start, len(self.log)):
-            event = self.log[index]
-            if event.id not in self.skip:
-                yield event
-
-    def backward(self) -> Iterator[Event]:
-        for index in range(len(self.log) - 1, self.tail - 1, -1):
-            event = self.log[index]
-            if event.id not in self.skip:
-                yield event
-        yield from reversed(self.head)
-
-    def answer(self, event_filter: EventFilter) -> list[Event]:
-        """What `convostore.filters.apply_filter` answers over this view."""
-        if event_filter.last is None:
-            matches = (e for e in self.forward(event_filter.after_seq) if event_filter.matches(e))
-            if event_filter.limit is None:
-                return list(matches)
-            return [event for _, event in zip(range(event_filter.limit), matches, strict=False)]
-        last = event_filter.last
-        newest: list[Event] = []
-        if last == 0:
-            return newest
-        # Past the newest ``last`` matches, walk on to the turn start the window lands
-        # in; where none precedes, the window is not extended.
-        extend = event_filter.can_match_turn_start
-        at_turn_start = False
-        for event in self.backward():
-            if not event_filter.matches(event):
-                continue
-            newest.append(event)
-            if len(newest) >= last and (not extend or is_turn_start(event)):
-                at_turn_start = True
-                break
-        if not at_turn_start:
-            del newest[last:]
-        newest.reverse()
-        return newest
