@@ -89,7 +89,7 @@ async def windows(url: str, reads: int) -> tuple[float, float]:
     """Reads per second of the last 20 events of a 1,000-message log: through the store,
     and the store's statement run by hand (rows fetched, not made into events)."""
     from convostore.backends.mysql import statements as sql
-    from convostore.backends.mysql.operations import _conditions
+    from convostore.backends.sql.decisions import event_conditions
 
     store = await convostore.connect(url)
     try:
@@ -105,7 +105,8 @@ async def windows(url: str, reads: int) -> tuple[float, float]:
         through_store = reads / (time.perf_counter() - started)
     finally:
         await store.close()
-    statement = sql.events_sql("newest", _conditions(window))
+    names = tuple(name for name, _ in sql.EVENT_CONDITIONS)
+    statement = sql.events_sql("newest", event_conditions(names, window))
     parameters = {"session_id": session.id, "last": 20}
     connection = await asyncmy.connect(**_connect_options(url))
     try:

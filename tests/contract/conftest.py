@@ -176,12 +176,6 @@ DIVERGENCES: list[Divergence] = [
     ),
     Divergence("mariadb", "test_limits.py::test_a_100_megabyte_message_is_stored_whole", _PACKET),
     Divergence(
-        "mariadb",
-        "test_limits.py::test_stores_dropped_without_close_release_their_threads",
-        "a MariaDB store collected without close() keeps its pool's sockets open: its "
-        "backend gives no release_when_dropped",
-    ),
-    Divergence(
         "falkordb",
         "test_limits.py::test_stores_dropped_without_close_release_their_threads",
         "a FalkorDB store collected without close() keeps its connections' sockets open: "

@@ -16,10 +16,7 @@ from asyncmy.pool import Pool
 
 from convostore._time import to_micros
 from convostore.backends.interface import (
-    Backend,
     Capabilities,
-    DatabaseStats,
-    SessionPage,
     TextQuery,
     VectorQuery,
 )
@@ -44,36 +41,22 @@ from convostore.backends.mysql.operations import (
     check_size,
     execute,
     fetch_all,
-    fetch_one,
-    needs_snapshot,
     read_events,
+    update_returning,
     write_append,
     write_delete_expired,
     write_find_or_insert_part,
     write_insert_session,
-    write_set_title,
     write_update_session,
 )
-from convostore.backends.mysql.rows import (
-    session_from_row,
-    summary_from_row,
-    user_from_row,
-    user_values,
-)
-from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH, ServerFacts
+from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
+from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.rows import user_values
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
-from convostore.model import (
-    Event,
-    Role,
-    SearchHit,
-    Session,
-    SessionFilter,
-    SessionSummary,
-    User,
-)
+from convostore.model import Event, Role, SearchHit, Session, User
 from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
 __all__ = ["MySQLBackend"]
@@ -85,13 +68,15 @@ T = TypeVar("T")
 _DRIVER_ERRORS = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
 
 
-class MySQLBackend(Backend):
+class MySQLBackend(SQLBackend):
     """One MySQL 8 or MariaDB (10.6 or newer) database.
 
     Each primitive takes one connection from asyncmy's pool and runs as one statement
     or one transaction (see `convostore.backends.mysql.connection`). Open it with
     `open`, which creates the database if absent and migrates its schema.
     """
+
+    statements = sql.STATEMENTS
 
     def __init__(self, target: MySQLTarget) -> None:
         self.target = target
@@ -138,13 +123,8 @@ class MySQLBackend(Backend):
         except _DRIVER_ERRORS as error:
             raise translate_error(error, target.where) from error
 
-    async def stats(self) -> DatabaseStats:
-        row = await self._run(fetch_one, sql.DATABASE_STATS, ())
-        assert row is not None
-        users, sessions, events, messages, vectors, size = row
-        return DatabaseStats(
-            int(users), int(sessions), int(events), int(messages), int(vectors), int(size)
-        )
+    def release_when_dropped(self) -> Callable[[], None] | None:
+        return None if self._pool is None else functools.partial(_drop_sockets, self._pool)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -205,18 +185,24 @@ class MySQLBackend(Backend):
         async with self._connection() as connection:
             return await in_snapshot(connection, fn, *args)
 
-    # ---------------------------------------------------------------- users
+    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
+        return await self._run(fetch_all, statement, parameters)
+
+    async def _changed(self, statement: str, parameters: Parameters) -> int:
+        check_size(parameters.values(), self.facts.max_packet, "the write")
+        return await self._run(execute, statement, parameters)
+
+    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        check_size(parameters.values(), self.facts.max_packet, "the write")
+        row: Sequence[Any] | None = await self._write(update_returning, statement, parameters)
+        return row
+
+    # ---------------------------------------------------------------- users and sessions
 
     async def put_user(self, user: User) -> None:
         values = user_values(user)
         check_size(values, self.facts.max_packet, "the user")
         await self._run(execute, sql.UPSERT_USER, values)
-
-    async def get_user(self, user_id: str) -> User | None:
-        row = await self._run(fetch_one, sql.SELECT_USER, (user_id,))
-        return None if row is None else user_from_row(row)
-
-    # ---------------------------------------------------------------- sessions
 
     async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         return await self._write(write_insert_session, new, if_absent, self.facts.max_packet)
@@ -224,53 +210,13 @@ class MySQLBackend(Backend):
     async def find_or_insert_part(self, new: NewSession) -> Session:
         return await self._write(write_find_or_insert_part, new, self.facts.max_packet)
 
-    async def get_session(self, session_id: str) -> Session | None:
-        row = await self._run(fetch_one, sql.SELECT_SESSION, (session_id,))
-        return None if row is None else session_from_row(row)
-
     async def update_session(self, changes: SessionChanges) -> Session:
         return await self._write(write_update_session, changes, self.facts.max_packet)
-
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
-        check_size((title,), self.facts.max_packet, "the title")
-        return await self._write(write_set_title, session_id, title, stamp)
 
     async def delete_session(self, session_id: str) -> bool:
         if self.server_vectors:
             return await self._write(native_vectors.delete_session, session_id)
-        return await self._run(execute, sql.DELETE_SESSION, (session_id,)) > 0
-
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
-        statement, parameters = _listing(False, page)
-        rows = await self._run(fetch_all, statement, parameters)
-        return [session_from_row(row) for row in rows]
-
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
-        statement, parameters = _listing(True, page)
-        rows = await self._run(fetch_all, statement, parameters)
-        return [summary_from_row(row) for row in rows]
-
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
-        statement = sql.count_sql(filter.include_parts, filter.kind is not None)
-        row = await self._run(fetch_one, statement, {"owner_id": owner_id, "kind": filter.kind})
-        return int(row[0])
-
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
-        row = await self._run(fetch_one, sql.FIND_PART, (part_of, held_with))
-        return None if row is None else session_from_row(row)
-
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
-        rows = await self._run(fetch_all, sql.LIST_PARTS, (part_of,))
-        return [summary_from_row(row) for row in rows]
-
-    async def participants(self, session_id: str) -> list[User]:
-        rows = await self._run(fetch_all, sql.PARTICIPANTS, (session_id,))
-        return [user for row in rows if (user := user_from_row(row)) is not None]
-
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
-        parameters = (name, value[:VALUE_PREFIX_LENGTH], value)
-        rows = await self._run(fetch_all, sql.SESSIONS_BY_METADATA, parameters)
-        return [session_from_row(row) for row in rows]
+        return await super().delete_session(session_id)
 
     async def delete_expired(self, before: datetime) -> int:
         if self.server_vectors:
@@ -279,13 +225,13 @@ class MySQLBackend(Backend):
             )
         return await self._write(write_delete_expired, to_micros(before))
 
-    # ---------------------------------------------------------------- the log
-
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         return await self._run(add_indexed_keys, keys)
 
     async def remove_indexed_key(self, key: str) -> bool:
         return await self._write(remove_indexed_key, key)
+
+    # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
         if self.server_vectors:
@@ -294,21 +240,13 @@ class MySQLBackend(Backend):
             )
         return await self._write(write_append, append, self.facts.max_packet)
 
-    async def version(self, session_id: str) -> int:
-        row = await self._run(fetch_one, sql.SESSION_VERSION, (session_id,))
-        return 0 if row is None else int(row[0])
-
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
-        if needs_snapshot(event_filter):
+        # The active view's boundary and later events must agree: one snapshot. A window
+        # of the last n events needs none: its extension reads only positions before
+        # the window, which appends (at the end of the log) never change.
+        if event_filter.active_view:
             return await self._snapshot(read_events, session_id, event_filter)
         return await self._run(read_events, session_id, event_filter)
-
-    async def set_narration(
-        self, session_id: str, message_id: str, text: str | None, stamp: str
-    ) -> bool:
-        parameters = (text, stamp, message_id, session_id)
-        check_size(parameters, self.facts.max_packet, "the narration")
-        return await self._run(execute, sql.SET_NARRATION, parameters) > 0
 
     # ---------------------------------------------------------------- vectors and text
 
@@ -367,17 +305,19 @@ class MySQLBackend(Backend):
         return await self._snapshot(search.text_search, query)
 
 
-def _listing(summaries: bool, page: SessionPage) -> tuple[str, dict[str, Any]]:
-    filter = page.filter
-    after = page.after
-    statement = sql.listing_sql(
-        summaries, page.order, filter.include_parts, filter.kind is not None, after is not None
-    )
-    parameters = {
-        "owner_id": page.owner_id,
-        "kind": filter.kind,
-        "after_id": None if after is None else after.session_id,
-        "after_at": None if after is None else after.last_activity_us,
-        "limit": page.limit,
-    }
-    return statement, parameters
+def _drop_sockets(pool: Pool) -> None:
+    """Close the socket of every connection of ``pool`` now, with or without its event
+    loop: the loop holds each connection's transport, so the sockets of a store
+    collected without `close` would never be closed otherwise. (The pool's and the
+    transports' own fields are read: neither asyncmy nor asyncio closes a socket
+    without a running loop.)"""
+    for connection in (*getattr(pool, "_free", ()), *getattr(pool, "_used", ())):
+        transport = getattr(connection, "_transport", None)
+        if transport is None:
+            continue
+        with contextlib.suppress(RuntimeError):  # The loop is closed: nothing to tell it.
+            transport.abort()
+        # asyncio's wrapper of the socket (plain or under TLS) holds the socket itself.
+        raw = getattr(transport.get_extra_info("socket"), "_sock", None)
+        if raw is not None:
+            raw.close()

@@ -22,7 +22,6 @@ from convostore.backends.mysql.schema import (
     DELETE_INDEXED_KEY,
     DELETE_KEY_ENTRIES,
     INSERT_INDEXED_KEY,
-    INSERT_KEY_ENTRY,
     MIGRATIONS,
     RECORD_MIGRATION,
     RECORDED_VERSION,
@@ -34,15 +33,17 @@ from convostore.backends.mysql.schema import (
     SESSIONS_WITH_KEY,
     STOPWORDS_OFF,
     TAKE_MIGRATION_LOCK,
+    VALUE_PREFIX_LENGTH,
     ServerFacts,
     applied_at,
-    metadata_entries,
     migration_lock_name,
     migration_statements,
     refuse_newer,
     server_facts,
 )
+from convostore.backends.mysql.statements import INSERT_METADATA_ENTRY
 from convostore.backends.mysql.url import MySQLTarget
+from convostore.backends.sql.decisions import backfill
 from convostore.errors import BackendUnavailableError
 
 __all__ = [
@@ -164,10 +165,13 @@ async def add_indexed_keys(connection: Connection, keys: frozenset[str]) -> froz
                 # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
                 path = '$."' + name + '"'
                 rows: list[Any] = await fetch_all(connection, SESSIONS_WITH_KEY, (path,))
-                entries = metadata_entries(name, rows)
+                entries = [
+                    (session_id, name, value[:VALUE_PREFIX_LENGTH], value)
+                    for value, session_id in backfill(name, rows)
+                ]
                 if entries:
                     async with connection.cursor() as cursor:
-                        await cursor.executemany(INSERT_KEY_ENTRY, entries)
+                        await cursor.executemany(INSERT_METADATA_ENTRY, entries)
             await connection.commit()
         except BaseException:
             if connection.connected:

@@ -3,7 +3,8 @@
 A ``write_`` function runs inside `connection.in_transaction` (one READ COMMITTED
 transaction, retried on a deadlock); a ``read_`` function of several statements runs
 inside `connection.in_snapshot` where it needs one snapshot. Each is all of one
-primitive of `convostore.store.Store`.
+primitive of `convostore.backends.interface.Backend`; what its statements found is
+decided by `convostore.backends.sql.decisions`.
 """
 
 from __future__ import annotations
@@ -23,22 +24,11 @@ from convostore.backends.mysql.connection import (
     RollbackAndReturn,
     error_code,
 )
-from convostore.backends.mysql.rows import (
-    event_from_row,
-    event_row,
-    new_session_row,
-    session_from_row,
-    user_values,
-)
+from convostore.backends.mysql.rows import event_from_row, event_row, new_session_row
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
-from convostore.errors import (
-    EventIdConflictError,
-    InvalidArgumentError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StaleObjectError,
-    UnknownUserError,
-)
+from convostore.backends.sql import decisions
+from convostore.backends.sql.rows import user_values
+from convostore.errors import InvalidArgumentError
 from convostore.filters import (
     EventFilter,
     apply_filter,
@@ -63,17 +53,16 @@ __all__ = [
     "fetch_one",
     "json_list",
     "read_events",
+    "update_returning",
     "write_append",
     "write_delete_expired",
     "write_find_or_insert_part",
     "write_insert_session",
-    "write_set_title",
     "write_update_session",
 ]
 
 # MySQL's LIMIT takes an unsigned 64-bit count; a window bound beyond it bounds nothing.
 _NO_LIMIT: Final = 2**64 - 1
-_MAX_BOUND: Final = 2**63 - 1
 
 _encode_strings = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -99,6 +88,17 @@ async def execute(connection: Connection, statement: str, parameters: Any = None
     """Run the statement; how many rows it changed itself (not its cascades)."""
     async with connection.cursor() as cursor:
         return await cursor.execute(statement, parameters)
+
+
+async def update_returning(
+    connection: Connection, statement: str, parameters: dict[str, Any]
+) -> Any:
+    """Run an UPDATE of one session (its ``id`` parameter), then read the session back:
+    what RETURNING gives where there is one. None if it changed nothing (the stamp
+    always changes, so a session that exists is always a changed row)."""
+    if not await execute(connection, statement, parameters):
+        return None
+    return await fetch_one(connection, sql.STATEMENTS.select_session, parameters)
 
 
 # What a statement's text costs beyond its values, with room to spare.
@@ -130,23 +130,22 @@ async def _execute_many(connection: Connection, statement: str, rows: list[Any])
 # ---------------------------------------------------------------------------- writes
 
 
-def _unconfirmed_users(users: tuple[User, ...], required: tuple[str, ...]) -> list[str]:
-    """The required ids not given as a `User` in the same call: those must be stored."""
-    given = {user.id for user in users}
-    return [user_id for user_id in required if user_id not in given]
+async def _session_exists(connection: Connection, session_id: str) -> bool:
+    (count,) = await fetch_one(connection, sql.STATEMENTS.session_exists, {"id": session_id})
+    return int(count) > 0
 
 
 async def _require_users(
     connection: Connection, users: tuple[User, ...], required: tuple[str, ...]
 ) -> None:
-    wanted = _unconfirmed_users(users, required)
+    wanted = decisions.unconfirmed_users(users, required)
     if not wanted:
         return
     rows = await fetch_all(connection, sql.MISSING_USERS, (json_list(wanted),))
     found_missing = {row[0] for row in rows}
     missing = [user_id for user_id in wanted if user_id in found_missing]
     if missing:
-        raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+        raise decisions.unknown_users(missing)
 
 
 async def _insert_users(connection: Connection, users: tuple[User, ...]) -> None:
@@ -174,20 +173,14 @@ async def write_insert_session(
     session = new.session
     row = new_session_row(new)
     check_size(row, limit, "the session")
-    if await fetch_one(connection, sql.SESSION_EXISTS, (session.id,)) is not None:
-        if if_absent:
-            return None
-        raise SessionExistsError(f"session {session.id!r} already exists")
+    if await _session_exists(connection, session.id):
+        decisions.refuse_existing(session, if_absent)
+        return None
     await _require_users(connection, new.users_to_insert, new.required_user_ids)
     if session.part_of is not None:
-        parent = await fetch_one(connection, sql.SELECT_PARENT, (session.part_of,))
-        if parent is None:
-            raise SessionNotFoundError(f"part_of names no session: {session.part_of!r}")
-        parent_owner, parent_part_of = parent
-        if parent_part_of is not None:
-            raise InvalidArgumentError("part_of must name a top-level session")
-        if parent_owner != session.owner_id:
-            raise InvalidArgumentError("part_of must name a session with the same owner")
+        decisions.check_parent(
+            session, await fetch_one(connection, sql.SELECT_PARENT, (session.part_of,))
+        )
     await _insert_users(connection, new.users_to_insert)
     try:
         await execute(connection, sql.INSERT_SESSION, row)
@@ -197,7 +190,7 @@ async def write_insert_session(
             raise
         if if_absent:
             raise RollbackAndReturn(None) from error
-        raise SessionExistsError(f"session {session.id!r} already exists") from error
+        decisions.refuse_existing(session, if_absent)
     await _index_metadata(connection, session.id, new.indexed_metadata)
     return session
 
@@ -208,17 +201,16 @@ async def write_find_or_insert_part(connection: Connection, new: NewSession, lim
     parent = await fetch_one(connection, sql.LOCK_PARENT, (new.session.part_of,))
     new = owned_by_parent(new, parent)
     session = new.session
-    found = await fetch_one(connection, sql.FIND_PART, (session.part_of, session.held_with))
+    found = await fetch_one(
+        connection,
+        sql.STATEMENTS.find_part,
+        {"part_of": session.part_of, "held_with": session.held_with},
+    )
     if found is not None:
-        return session_from_row(found)
+        return sql.DIALECT.rows.session(found)
     inserted = await write_insert_session(connection, new, False, limit)
     assert inserted is not None  # Absent, or the look above would have found it.
     return inserted
-
-
-async def _stored_session(connection: Connection, session_id: str) -> Session:
-    row = await fetch_one(connection, sql.SELECT_SESSION, (session_id,))
-    return session_from_row(row)
 
 
 async def write_update_session(
@@ -233,28 +225,19 @@ async def write_update_session(
         changes.expected_stamp,
     )
     check_size(parameters, limit, "the session")
-    changed = await execute(connection, sql.UPDATE_SESSION, parameters)
-    if not changed:
-        if await fetch_one(connection, sql.SESSION_EXISTS, (changes.session_id,)) is None:
-            raise SessionNotFoundError(f"no session {changes.session_id!r}")
-        raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
+    if not await execute(connection, sql.UPDATE_SESSION, parameters):
+        exists = await _session_exists(connection, changes.session_id)
+        raise decisions.stale_or_missing(changes.session_id, exists)
     await execute(connection, sql.DELETE_METADATA_ENTRIES, (changes.session_id,))
     await _index_metadata(connection, changes.session_id, changes.indexed_metadata)
-    return await _stored_session(connection, changes.session_id)
-
-
-async def write_set_title(
-    connection: Connection, session_id: str, title: str | None, stamp: str
-) -> Session:
-    # The stamp always changes, so a session that exists is always a changed row.
-    if not await execute(connection, sql.SET_TITLE, (title, stamp, session_id)):
-        raise SessionNotFoundError(f"no session {session_id!r}")
-    return await _stored_session(connection, session_id)
+    row = await fetch_one(connection, sql.STATEMENTS.select_session, {"id": changes.session_id})
+    return sql.DIALECT.rows.session(row)
 
 
 async def write_delete_expired(connection: Connection, before: int) -> int:
     """Delete the sessions expired at ``before`` (microseconds), each only if it still
-    is; a part of an expired parent goes with its parent and is not counted."""
+    is; a part of an expired parent goes with its parent and is not counted. (MySQL
+    refuses a DELETE whose subquery reads the table it deletes from.)"""
     rows = await fetch_all(connection, sql.EXPIRED_SESSIONS, (before, before))
     deleted = 0
     for (session_id,) in rows:
@@ -268,7 +251,7 @@ async def write_append(connection: Connection, append: PreparedAppend, limit: in
     events = append.events
     locked = await fetch_one(connection, sql.LOCK_SESSION, (append.session_id,))
     if locked is None:
-        raise SessionNotFoundError(f"no session {append.session_id!r}")
+        raise decisions.missing_session(append.session_id)
     version, last_seq = locked
     await _require_users(connection, append.users_to_insert, append.required_user_ids)
     if append.expected_version is not None and version != append.expected_version:
@@ -283,8 +266,12 @@ async def write_append(connection: Connection, append: PreparedAppend, limit: in
     except errors.IntegrityError as error:
         if error_code(error) != ER_DUP_ENTRY:
             raise
-        await _raise_for_stored_id(connection, append)
-        raise
+        ids = json_list(prepared.event.id for prepared in append.events)
+        stored = await fetch_all(connection, sql.EVENTS_WITH_IDS, (ids,))
+        if not stored:
+            raise  # Not an id clash: the driver's error is raised.
+        outcome = decisions.replay_or_conflict(append, list(map(event_from_row, stored)))
+        raise RollbackAndReturn(outcome) from error
     await execute(
         connection,
         sql.ADVANCE_SESSION,
@@ -303,40 +290,9 @@ async def write_append(connection: Connection, append: PreparedAppend, limit: in
     )
 
 
-async def _raise_for_stored_id(connection: Connection, append: PreparedAppend) -> None:
-    """An event id is stored already. A single append retried in its own log answers
-    the stored event and writes nothing; any other clash is `EventIdConflictError`."""
-    ids = [prepared.event.id for prepared in append.events]
-    stored = {
-        event.id: event
-        for event in map(
-            event_from_row, await fetch_all(connection, sql.EVENTS_WITH_IDS, (json_list(ids),))
-        )
-    }
-    clash = next((stored[event_id] for event_id in ids if event_id in stored), None)
-    if clash is None:
-        return  # Not an id clash: the driver's error is raised.
-    if append.expected_version is None and clash.session_id == append.session_id:
-        raise RollbackAndReturn(AppendOutcome(applied=False, events=[clash]))
-    where = "" if clash.session_id == append.session_id else " by another session"
-    raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
-
-
 # ---------------------------------------------------------------------------- reads
 
-
-def _conditions(event_filter: EventFilter) -> tuple[bool, ...]:
-    """Which of `statements.EVENT_CONDITIONS` the filter sets."""
-    return tuple(
-        event_filter.exclude_synthetic
-        if name == "exclude_synthetic"
-        else getattr(event_filter, name) is not None
-        for name, _ in sql.EVENT_CONDITIONS
-    )
-
-
-def _bounded(value: int) -> int:
-    return min(value, _MAX_BOUND)
+_CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
 
 
 def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
@@ -348,7 +304,7 @@ def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
         "since": None if f.since is None else to_micros(f.since),
         "until": None if f.until is None else to_micros(f.until),
         "text": None if f.text is None else f.text.lower(),
-        "after_seq": None if f.after_seq is None else _bounded(f.after_seq),
+        "after_seq": decisions.bounded(f.after_seq),
         "limit": _NO_LIMIT if f.limit is None else min(f.limit, _NO_LIMIT),
         "last": None if f.last is None else min(f.last, _NO_LIMIT),
     }
@@ -363,7 +319,7 @@ async def read_events(
         boundary = await fetch_one(connection, sql.NEWEST_COMPACTION, (session_id,))
         if boundary is not None:
             return await _read_active_view(connection, event_from_row(boundary), event_filter)
-    conditions = _conditions(event_filter)
+    conditions = decisions.event_conditions(_CONDITION_NAMES, event_filter)
     parameters = _parameters(session_id, event_filter)
     if event_filter.last is None:
         rows = await fetch_all(connection, sql.events_sql("forward", conditions), parameters)
@@ -384,14 +340,6 @@ async def read_events(
     parameters["from_seq"] = start[0]
     rows = await fetch_all(connection, sql.events_sql("between", conditions), parameters)
     return [event_from_row(row) for row in rows] + window
-
-
-def needs_snapshot(event_filter: EventFilter) -> bool:
-    """Whether `read_events` needs one snapshot for its statements: for the active view,
-    whose boundary and later events must agree. A window of the last n events does
-    not: its extension reads only positions before the window, which appends (at the
-    end of the log) never change."""
-    return event_filter.active_view
 
 
 async def _read_active_view(

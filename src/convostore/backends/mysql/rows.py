@@ -1,9 +1,9 @@
-"""Values to statement parameters and rows back to values.
+"""Values to statement parameters beyond what `convostore.backends.sql.values` gives.
 
 MySQL stores every field as SQLite does (times as integer microseconds, JSON as text,
-vectors as little-endian float32 blobs), so the SQLite backend's row functions serve
-both; this module adds the columns only MySQL has: the folded content the text filter
-searches, the words of the FULLTEXT index, and ``is_part``.
+vectors as little-endian float32 blobs), so `convostore.backends.sql.values` reads and
+writes both; this module adds the columns only MySQL has: the folded content the text
+filter searches, the words of the FULLTEXT index, and ``is_part``.
 """
 
 from __future__ import annotations
@@ -11,17 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from convostore.backends.mysql.schema import TOKEN_PREFIX
-from convostore.backends.sqlite.rows import (
-    event_from_row,
-    event_values,
-    session_from_row,
-    session_values,
-    summary_from_row,
-    user_from_row,
-    user_values,
-    vector_blob,
-    vector_from_blob,
-)
+from convostore.backends.sql.values import MICROS_READER, event_values, session_values
 from convostore.embedding import text_tokens
 from convostore.model import Message
 from convostore.prepare import NewSession, PreparedEvent
@@ -33,12 +23,10 @@ __all__ = [
     "fulltext_query",
     "new_session_row",
     "session_from_row",
-    "summary_from_row",
-    "user_from_row",
-    "user_values",
-    "vector_blob",
-    "vector_from_blob",
 ]
+
+event_from_row = MICROS_READER.event
+session_from_row = MICROS_READER.session
 
 # InnoDB's default innodb_ft_max_token_size: a longer word is not indexed, so it is
 # left out here, and a query for it finds nothing (as on PostgreSQL).

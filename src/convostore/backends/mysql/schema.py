@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from convostore import _json
 from convostore._time import to_micros, utc_now
 from convostore.errors import SchemaVersionError
 
@@ -201,10 +200,6 @@ DELETE_KEY_ENTRIES: Final = "DELETE FROM session_metadata WHERE name = %s"
 SESSIONS_WITH_KEY: Final = (
     "SELECT id, metadata FROM sessions WHERE JSON_CONTAINS_PATH(metadata, 'one', %s)"
 )
-INSERT_KEY_ENTRY: Final = (
-    "INSERT INTO session_metadata (session_id, name, value_prefix, value)"
-    " VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE value_prefix = value_prefix"
-)
 # Characters of a metadata value the index holds.
 VALUE_PREFIX_LENGTH: Final = 512
 
@@ -256,13 +251,3 @@ def refuse_newer(version: int, where: str) -> None:
 
 def applied_at() -> int:
     return to_micros(utc_now())
-
-
-def metadata_entries(name: str, rows: list[tuple[Any, ...]]) -> list[tuple[str, str, str, str]]:
-    """The index entries of key ``name`` for (session id, metadata JSON) rows; each value
-    rendered by the function every write uses, so it compares as a written one does."""
-    entries = []
-    for session_id, metadata in rows:
-        value = _json.index_value(_json.loads(metadata)[name])
-        entries.append((session_id, name, value[:VALUE_PREFIX_LENGTH], value))
-    return entries

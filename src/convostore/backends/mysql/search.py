@@ -20,7 +20,8 @@ from convostore.backends.interface import SearchScope, TextQuery, VectorQuery
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import Connection
 from convostore.backends.mysql.operations import execute, fetch_all, fetch_one, json_list
-from convostore.backends.mysql.rows import event_from_row, fulltext_query, vector_blob
+from convostore.backends.mysql.rows import event_from_row, fulltext_query
+from convostore.backends.sql.values import vector_blob
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
 from convostore.prepare import new_stamp

@@ -1,9 +1,10 @@
-"""Every statement the MySQL store runs, as named constants with bound parameters.
+"""MySQL's dialect (`DIALECT`, and `STATEMENTS`: the shared statements in it), and the
+statements only MySQL runs, as named constants with bound parameters.
 
-Statements whose WHERE clause depends on the request (listings, counts, event filters,
-search scopes) are joined from fixed fragments only, one string per combination, so the
-set is bounded. No value is ever formatted into SQL. Lists of values are bound as one
-JSON parameter and read with ``JSON_TABLE`` (MariaDB 10.6+, MySQL 8).
+Statements whose WHERE clause depends on the request (event filters) are joined from
+fixed fragments only, one string per combination, so the set is bounded. No value is
+ever formatted into SQL. Lists of values are bound as one JSON parameter and read with
+``JSON_TABLE`` (MariaDB 10.6+, MySQL 8).
 """
 
 from __future__ import annotations
@@ -11,51 +12,86 @@ from __future__ import annotations
 import functools
 from typing import Final, Literal
 
-from convostore.model import SessionOrder
+from convostore._time import to_micros
+from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
+from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.statements import (
+    EVENT_FIELDS,
+    SESSION_FIELDS,
+    USER_FIELDS,
+    Statements,
+    columns,
+)
+from convostore.backends.sql.values import MICROS_READER
 
-# fmt: off
-USER_FIELDS: Final = ("id", "display_name", "username", "email", "kind", "metadata")
-SESSION_FIELDS: Final = (
-    "id", "owner_id", "title", "kind", "part_of", "held_with", "created_at",
-    "last_activity_at", "expires_at", "metadata", "version", "stamp",
-)
-EVENT_FIELDS: Final = (
-    "session_id", "seq", "id", "type", "created_at", "branch", "metadata", "payload",
-    "synthetic", "role", "content", "author_id", "recipient_ids", "in_reply_to",
-    "tool_calls", "tool_call_id", "attachments", "data", "assets", "narration",
-    "embedding", "embedding_model", "stamp",
-)
 # What an insert writes beyond the fields read back: the text filter's and the text
 # index's forms of the content.
 EVENT_INSERT_FIELDS: Final = (*EVENT_FIELDS, "content_folded", "search_tokens")
 SESSION_INSERT_FIELDS: Final = (*SESSION_FIELDS, "is_part")
-# fmt: on
+
+# The listing indexes of `convostore.backends.sql.statements.LISTING_INDEXES` by their
+# names here: ``is_part`` (which never changes) stands in for the partial indexes MySQL
+# does not have.
+_INDEXES: Final = {
+    "sessions_top_by_created": "sessions_by_created",
+    "sessions_top_kind_by_created": "sessions_kind_by_created",
+    "sessions_by_created": "sessions_all_by_created",
+    "sessions_top_by_activity": "sessions_by_activity",
+    "sessions_top_kind_by_activity": "sessions_kind_by_activity",
+    "sessions_by_activity": "sessions_all_by_activity",
+}
+
+DIALECT: Final = Dialect(
+    name="mysql",
+    param=lambda name, sql_type: f"%({name})s",
+    time_param=to_micros,
+    rows=MICROS_READER,
+    # A listing's cost per page must never rest on the planner's guess.
+    index_hint=lambda index: f" FORCE INDEX ({_INDEXES[index]})",
+    # The index finds the rows by the value's prefix; the whole value decides.
+    value_equals=lambda column, marker: (
+        f"{column}_prefix = LEFT({marker}, {VALUE_PREFIX_LENGTH}) AND {column} = {marker}"
+    ),
+    top_level="is_part = 0",
+    # Spelled out: MySQL walks an index range for this, not always for (a, b) < (x, y).
+    keyset_before=lambda a, b, x, y: f"({a} < {x} OR ({a} = {x} AND {b} < {y}))",
+    returning=False,
+    database_size=(
+        "SELECT coalesce(sum(data_length + index_length), 0) FROM information_schema.tables"
+        " WHERE table_schema = DATABASE()"
+    ),
+)
 
 
-def _columns(fields: tuple[str, ...], alias: str = "") -> str:
-    return ", ".join(alias + name for name in fields)
+class MySQLStatements(Statements):
+    """The shared statements, but participants: MySQL keeps no participants table, so
+    they are read from the log's ``events_by_author`` index."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        super().__init__(dialect)
+        # session_id. Everyone who wrote in a session, in order of their first message.
+        self.participants = (
+            f"SELECT {columns(USER_FIELDS, 'u.')} FROM (SELECT author_id, min(seq) AS first_seq"
+            " FROM events WHERE session_id = %(session_id)s AND author_id IS NOT NULL"
+            " GROUP BY author_id) p JOIN users u ON u.id = p.author_id ORDER BY p.first_seq"
+        )
+
+
+STATEMENTS: Final = MySQLStatements(DIALECT)
+
+USER_COLUMNS: Final = columns(USER_FIELDS)
+EVENT_COLUMNS: Final = columns(EVENT_FIELDS)
 
 
 def _placeholders(fields: tuple[str, ...]) -> str:
     return ", ".join("%s" for _ in fields)
 
 
-USER_COLUMNS: Final = _columns(USER_FIELDS)
-SESSION_COLUMNS: Final = _columns(SESSION_FIELDS)
-EVENT_COLUMNS: Final = _columns(EVENT_FIELDS)
 # A JSON list of strings as rows of one column ``value``.
 _STRINGS = "JSON_TABLE({}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS {}"
-# A summary row: the session's columns, its message count, its owner's columns, then the
-# columns of the author of its first message (users o and b joined to sessions s).
-_SUMMARY_COLUMNS = (
-    f"{_columns(SESSION_FIELDS, 's.')}, s.message_count, "
-    f"{_columns(USER_FIELDS, 'o.')}, {_columns(USER_FIELDS, 'b.')}"
-)
-_SUMMARY_JOINS = " LEFT JOIN users o ON o.id = s.owner_id LEFT JOIN users b ON b.id = s.started_by"
 
 # ---------------------------------------------------------------------------- users
 
-SELECT_USER: Final = f"SELECT {USER_COLUMNS} FROM users WHERE id = %s"
 UPSERT_USER: Final = (
     f"INSERT INTO users ({USER_COLUMNS}) VALUES ({_placeholders(USER_FIELDS)}) "
     "ON DUPLICATE KEY UPDATE display_name = VALUES(display_name), "
@@ -76,21 +112,16 @@ MISSING_USERS: Final = (
 
 # ---------------------------------------------------------------------------- sessions
 
-SELECT_SESSION: Final = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = %s"
-SESSION_EXISTS: Final = "SELECT 1 FROM sessions WHERE id = %s"
-SESSION_VERSION: Final = "SELECT version FROM sessions WHERE id = %s"
 SELECT_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s"
 LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR UPDATE"
 INSERT_SESSION: Final = (
-    f"INSERT INTO sessions ({_columns(SESSION_INSERT_FIELDS)}) "
+    f"INSERT INTO sessions ({columns(SESSION_INSERT_FIELDS)}) "
     f"VALUES ({_placeholders(SESSION_INSERT_FIELDS)})"
 )
 UPDATE_SESSION: Final = (
     "UPDATE sessions SET title = %s, metadata = %s, expires_at = %s, stamp = %s "
     "WHERE id = %s AND stamp = %s"
 )
-SET_TITLE: Final = "UPDATE sessions SET title = %s, stamp = %s WHERE id = %s"
-DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = %s"
 # The sessions past their expiry, each deleted with a check of its expiry again, so one
 # extended in between survives. A part of an expired parent goes with its parent.
 EXPIRED_SESSIONS: Final = (
@@ -98,29 +129,12 @@ EXPIRED_SESSIONS: Final = (
     "sessions parent WHERE parent.id = s.part_of AND parent.expires_at < %s) ORDER BY s.id"
 )
 DELETE_IF_EXPIRED: Final = "DELETE FROM sessions WHERE id = %s AND expires_at < %s"
+# A key's entry another store backfilled meanwhile is left as it is.
 INSERT_METADATA_ENTRY: Final = (
-    "INSERT INTO session_metadata (session_id, name, value_prefix, value) VALUES (%s, %s, %s, %s)"
+    "INSERT INTO session_metadata (session_id, name, value_prefix, value)"
+    " VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE value_prefix = value_prefix"
 )
 DELETE_METADATA_ENTRIES: Final = "DELETE FROM session_metadata WHERE session_id = %s"
-# The index finds the rows by the value's prefix; the whole value decides.
-SESSIONS_BY_METADATA: Final = (
-    f"SELECT {_columns(SESSION_FIELDS, 's.')} FROM session_metadata m "
-    "JOIN sessions s ON s.id = m.session_id "
-    "WHERE m.name = %s AND m.value_prefix = %s AND m.value = %s ORDER BY m.session_id"
-)
-FIND_PART: Final = (
-    f"SELECT {SESSION_COLUMNS} FROM sessions "
-    "WHERE part_of = %s AND held_with = %s ORDER BY id LIMIT 1"
-)
-LIST_PARTS: Final = (
-    f"SELECT {_SUMMARY_COLUMNS} FROM sessions s{_SUMMARY_JOINS} WHERE s.part_of = %s ORDER BY s.id"
-)
-# Everyone who wrote in a session, in order of their first message.
-PARTICIPANTS: Final = (
-    f"SELECT {_columns(USER_FIELDS, 'u.')} FROM (SELECT author_id, min(seq) AS first_seq "
-    "FROM events WHERE session_id = %s AND author_id IS NOT NULL GROUP BY author_id) p "
-    "JOIN users u ON u.id = p.author_id ORDER BY p.first_seq"
-)
 
 # ---------------------------------------------------------------------------- the log
 
@@ -131,16 +145,12 @@ ADVANCE_SESSION: Final = (
     "message_count = message_count + %s, started_by = coalesce(started_by, %s) "
     "WHERE id = %s"
 )
-INSERT_EVENTS: Final = f"INSERT INTO events ({_columns(EVENT_INSERT_FIELDS)}) VALUES "
+INSERT_EVENTS: Final = f"INSERT INTO events ({columns(EVENT_INSERT_FIELDS)}) VALUES "
 EVENT_ROW: Final = f"({_placeholders(EVENT_INSERT_FIELDS)})"
 EVENTS_WITH_IDS: Final = (
-    f"SELECT {_columns(EVENT_FIELDS, 'e.')} FROM "
+    f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
     + _STRINGS.format("%s", "wanted")
     + " JOIN events e ON e.id = wanted.value"
-)
-SET_NARRATION: Final = (
-    "UPDATE events SET narration = %s, stamp = %s "
-    "WHERE id = %s AND session_id = %s AND type = 'MESSAGE'"
 )
 NEWEST_COMPACTION: Final = (
     f"SELECT {EVENT_COLUMNS} FROM events "
@@ -150,71 +160,10 @@ EVENTS_AFTER: Final = (
     f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = %s AND seq > %s ORDER BY seq"
 )
 KEPT_EVENTS: Final = (
-    f"SELECT {_columns(EVENT_FIELDS, 'e.')} FROM "
+    f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
     + _STRINGS.format("%s", "kept")
     + " JOIN events e ON e.id = kept.value WHERE e.session_id = %s AND e.seq < %s"
 )
-
-# ---------------------------------------------------------------------------- assembled
-
-# The index each listing walks, by (order, include_parts, filtered by kind), named in
-# the statement so a page's cost never rests on the planner's guess.
-_LISTING_INDEXES = {
-    (SessionOrder.CREATED, False, False): "sessions_by_created",
-    (SessionOrder.CREATED, False, True): "sessions_kind_by_created",
-    (SessionOrder.CREATED, True, False): "sessions_all_by_created",
-    (SessionOrder.CREATED, True, True): "sessions_all_by_created",
-    (SessionOrder.LAST_ACTIVITY, False, False): "sessions_by_activity",
-    (SessionOrder.LAST_ACTIVITY, False, True): "sessions_kind_by_activity",
-    (SessionOrder.LAST_ACTIVITY, True, False): "sessions_all_by_activity",
-    (SessionOrder.LAST_ACTIVITY, True, True): "sessions_all_by_activity",
-}
-# Row comparisons are spelled out: MySQL walks an index range for these, not always
-# for (a, b) < (x, y).
-_LISTING_AFTER = {
-    SessionOrder.CREATED: " AND s.id < %(after_id)s",
-    SessionOrder.LAST_ACTIVITY: (
-        " AND (s.last_activity_at < %(after_at)s"
-        " OR (s.last_activity_at = %(after_at)s AND s.id < %(after_id)s))"
-    ),
-}
-_LISTING_ORDER = {
-    SessionOrder.CREATED: " ORDER BY s.id DESC LIMIT %(limit)s",
-    SessionOrder.LAST_ACTIVITY: " ORDER BY s.last_activity_at DESC, s.id DESC LIMIT %(limit)s",
-}
-
-
-@functools.cache
-def listing_sql(
-    summaries: bool, order: SessionOrder, include_parts: bool, by_kind: bool, paged: bool
-) -> str:
-    """A page of an owner's sessions (or summaries), strictly after a keyset when
-    ``paged``. Parameters: owner_id, kind, after_id, after_at, limit."""
-    columns = _SUMMARY_COLUMNS if summaries else _columns(SESSION_FIELDS, "s.")
-    index = _LISTING_INDEXES[order, include_parts, by_kind]
-    sql = f"SELECT {columns} FROM sessions s FORCE INDEX ({index})"
-    if summaries:
-        sql += _SUMMARY_JOINS
-    sql += " WHERE s.owner_id = %(owner_id)s"
-    if not include_parts:
-        sql += " AND s.is_part = 0"
-    if by_kind:
-        sql += " AND s.kind = %(kind)s"
-    if paged:
-        sql += _LISTING_AFTER[order]
-    return sql + _LISTING_ORDER[order]
-
-
-@functools.cache
-def count_sql(include_parts: bool, by_kind: bool) -> str:
-    """How many sessions a listing holds. Parameters: owner_id, kind."""
-    sql = "SELECT count(*) FROM sessions s WHERE s.owner_id = %(owner_id)s"
-    if not include_parts:
-        sql += " AND s.is_part = 0"
-    if by_kind:
-        sql += " AND s.kind = %(kind)s"
-    return sql
-
 
 # The EventFilter conditions, in the order their fragments are joined: (the filter's
 # attribute, its fragment). Lists are passed as one JSON parameter.
@@ -266,15 +215,3 @@ def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
         fragment for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True) if used
     ]
     return head + "".join(fragments) + tail
-
-
-# ---------------------------------------------------------------------------- stats
-
-DATABASE_STATS: Final = """SELECT
-    (SELECT count(*) FROM users),
-    (SELECT count(*) FROM sessions),
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
-    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
-    (SELECT coalesce(sum(data_length + index_length), 0) FROM information_schema.tables
-        WHERE table_schema = DATABASE())"""

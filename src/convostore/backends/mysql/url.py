@@ -10,8 +10,9 @@ import re
 import ssl as tls
 from dataclasses import dataclass, replace
 from typing import Final, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
+from convostore.backends.urls import query_options, redacted, seconds, whole_number
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DATABASE_NAME", "SCHEMES", "MySQLTarget", "SslMode", "parse_mysql_url"]
@@ -95,7 +96,7 @@ def parse_mysql_url(url: str) -> MySQLTarget:
     """
     parts = urlsplit(url)
     if parts.scheme.lower() not in SCHEMES:
-        raise InvalidArgumentError(f"not a MySQL URL: {_redacted(url)!r}")
+        raise InvalidArgumentError(f"not a MySQL URL: {redacted(url)!r}")
     database = unquote(parts.path.lstrip("/"))
     if not DATABASE_NAME.fullmatch(database):
         raise InvalidArgumentError(
@@ -103,7 +104,6 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         )
     try:
         port = parts.port or DEFAULT_PORT
-        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as error:
         raise InvalidArgumentError(f"malformed MySQL URL: {error}") from None
     target = MySQLTarget(
@@ -113,11 +113,7 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         password=None if parts.password is None else unquote(parts.password),
         database=database,
     )
-    seen: set[str] = set()
-    for name, value in query:
-        if name in seen:
-            raise InvalidArgumentError(f"option {name!r} given twice in the MySQL URL")
-        seen.add(name)
+    for name, value in query_options(parts.query, "the MySQL URL"):
         target = _with_option(target, name, value)
     if target.pool_max_size < max(1, target.pool_min_size):
         raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
@@ -126,15 +122,15 @@ def parse_mysql_url(url: str) -> MySQLTarget:
 
 def _with_option(target: MySQLTarget, name: str, value: str) -> MySQLTarget:
     if name == "pool_min_size":
-        return replace(target, pool_min_size=_whole(name, value, 0, _MAX_POOL_SIZE))
+        return replace(target, pool_min_size=whole_number(name, value, 0, _MAX_POOL_SIZE))
     if name == "pool_max_size":
-        return replace(target, pool_max_size=_whole(name, value, 1, _MAX_POOL_SIZE))
+        return replace(target, pool_max_size=whole_number(name, value, 1, _MAX_POOL_SIZE))
     if name == "pool_timeout":
-        return replace(target, pool_timeout=_seconds(name, value))
+        return replace(target, pool_timeout=seconds(name, value))
     if name == "connect_timeout":
-        return replace(target, connect_timeout=_seconds(name, value))
+        return replace(target, connect_timeout=seconds(name, value))
     if name == "deadlock_retries":
-        return replace(target, deadlock_retries=_whole(name, value, 0, _MAX_RETRIES))
+        return replace(target, deadlock_retries=whole_number(name, value, 0, _MAX_RETRIES))
     if name == "ssl":
         mode = _SSL_MODES.get(value.lower())
         if mode is None:
@@ -145,29 +141,3 @@ def _with_option(target: MySQLTarget, name: str, value: str) -> MySQLTarget:
     if name == "unix_socket":
         return replace(target, unix_socket=value or None)
     raise InvalidArgumentError(f"unknown option {name!r} in the MySQL URL")
-
-
-def _whole(name: str, value: str, lowest: int, highest: int) -> int:
-    if not (value.isascii() and value.isdigit()) or not lowest <= int(value) <= highest:
-        raise InvalidArgumentError(
-            f"{name} must be a whole number from {lowest} to {highest}, not {value!r}"
-        )
-    return int(value)
-
-
-def _seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds <= 3600:
-        raise InvalidArgumentError(f"{name} must be a number of seconds up to 3600, not {value!r}")
-    return seconds
-
-
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))

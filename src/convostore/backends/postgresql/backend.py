@@ -14,7 +14,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from convostore.backends.interface import (
     Capabilities,
-    DatabaseStats,
     TextQuery,
     VectorQuery,
 )
@@ -207,12 +206,6 @@ class PostgreSQLBackend(SQLBackend):
 
     async def put_user(self, user: User) -> None:
         await self._run(put_user, user)
-
-    async def stats(self) -> DatabaseStats:
-        row = await self._run(fetch_one, sql.DATABASE_STATS, ())
-        assert row is not None
-        users, sessions, events, messages, vectors, size = row
-        return DatabaseStats(users, sessions, events, messages, vectors, int(size))
 
     # ---------------------------------------------------------------- sessions
 

@@ -61,6 +61,10 @@ DIALECT: Final = Dialect(
     # The metadata index holds values of any length by their MD5 (a btree row has a
     # size limit): the digest finds the rows, the values are then compared whole.
     value_equals=lambda column, marker: f"md5({column}) = md5({marker}) AND {column} = {marker}",
+    database_size=(
+        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
+        " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm')"
+    ),
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -310,12 +314,3 @@ def events_sql(
 
 
 # ---------------------------------------------------------------------------- stats
-
-DATABASE_STATS: Final = """SELECT
-    (SELECT count(*) FROM users),
-    (SELECT count(*) FROM sessions),
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
-    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
-    (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
-        WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm'))"""

@@ -8,20 +8,24 @@
   the dialect reads a time and a vector.
 - `decisions`: what a backend decides from what its statements found (a retried append
   or a conflict, stale or missing, a refused parent, unknown users) and the errors.
+- `values`: parameters and rows of a schema that keeps times as integer microseconds
+  and vectors as float32 blobs (SQLite, MySQL).
 - `dialect`: `Dialect`, what a SQL backend says about its SQL.
 - `backend`: `SQLBackend`, the primitives written once over three I/O hooks.
 
-How a new SQL backend plugs in (MariaDB, say, as ``convostore.backends.mysql``):
+How a new SQL backend plugs in (``convostore.backends.mysql`` is the smallest example):
 
 1. A schema: versioned migrations creating the tables named in `statements` (with the
    columns of `USER_FIELDS`, `SESSION_FIELDS`, `EVENT_FIELDS`, plus ``sessions.last_seq``,
    ``message_count``, ``started_by``; ``participants``; ``session_metadata``;
    ``indexed_metadata_keys``; the vector index record), recorded in a table and applied
    at `open`, refusing a newer schema (`SchemaVersionError`).
-2. A dialect: ``Dialect(name, param, time_param, rows, index_hint, count_sessions)``:
-   how a named parameter is written (``%(name)s`` for the MySQL drivers), how a time is
-   passed and read (``RowReader(time_of, vector_of)``), and optional index hints or a
-   count of its own. ``STATEMENTS = Statements(DIALECT)``.
+2. A dialect: ``Dialect(name, param, time_param, rows, ...)``: how a named parameter
+   is written (``%(name)s`` for the MySQL drivers), how a time is passed and read
+   (``RowReader(time_of, vector_of)``), and where its SQL differs: index hints, its own
+   count, the metadata value comparison, the top-level condition, the keyset
+   comparison, whether UPDATE has RETURNING, the database's size.
+   ``STATEMENTS = Statements(DIALECT)`` (a subclass may replace a whole statement).
 3. A `SQLBackend` subclass: ``statements = STATEMENTS``; the I/O hooks `_fetch_all`,
    `_changed`, `_returning` (where the database has no RETURNING, run the UPDATE then
    the SELECT in one transaction); `open` / `close`; and the primitives whose SQL is

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from convostore._time import from_micros
-from convostore.backends.interface import Backend, SessionPage
+from convostore.backends.interface import Backend, DatabaseStats, SessionPage
 from convostore.backends.sql import decisions
 from convostore.backends.sql.rows import RowReader
 from convostore.backends.sql.statements import Statements
@@ -49,7 +49,18 @@ class SQLBackend(Backend):
 
     @abc.abstractmethod
     async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
-        """Run one writing statement with RETURNING as its own transaction; its row."""
+        """Run one writing statement with RETURNING as its own transaction; its row. The
+        statement writes one session, named by its ``id`` parameter: where the dialect has
+        no RETURNING (`Dialect.returning`), run it, then read that session back with
+        ``statements.select_session`` in the same transaction (None if it changed
+        nothing)."""
+
+    async def stats(self) -> DatabaseStats:
+        row = await self._fetch_one(self.statements.database_stats, {})
+        assert row is not None
+        users, sessions, events, messages, vectors = map(int, row[:5])
+        size = None if row[5] is None else int(row[5])
+        return DatabaseStats(users, sessions, events, messages, vectors, size)
 
     # ---------------------------------------------------------------- users and sessions
 

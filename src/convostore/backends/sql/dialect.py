@@ -31,7 +31,15 @@ class Dialect:
       sessions, or None for the plain ``count(*)`` over ``sessions``.
     - ``value_equals(column, marker)``: the condition that an indexed metadata value
       equals a parameter, in full, using the index (a dialect whose index holds a digest
-      of long values compares the digest, then the value).
+      or a prefix of long values compares that, then the value).
+    - ``top_level``: the condition on a ``sessions`` row that it is not a part, as the
+      listing indexes hold it (``part_of IS NULL`` where they are partial indexes).
+    - ``keyset_before(a, b, x, y)``: the condition that ``(a, b)`` sorts before ``(x,
+      y)``, in a form the planner walks as one index range (a row comparison by default).
+    - ``returning``: whether an UPDATE can end with RETURNING. Where it cannot, the
+      statement is rendered without it and `SQLBackend._returning` reads the row back
+      in the same transaction.
+    - ``database_size``: an expression of the bytes the store's tables take, or NULL.
     """
 
     name: str
@@ -41,6 +49,12 @@ class Dialect:
     index_hint: Callable[[str], str] = lambda index: ""
     count_sessions: Callable[[bool, bool], str | None] = lambda include_parts, by_kind: None
     value_equals: Callable[[str, str], str] = lambda column, marker: f"{column} = {marker}"
+    top_level: str = "part_of IS NULL"
+    keyset_before: Callable[[str, str, str, str], str] = lambda a, b, x, y: (
+        f"({a}, {b}) < ({x}, {y})"
+    )
+    returning: bool = True
+    database_size: str = "NULL"
 
     def p(self, name: str, sql_type: str | None = None) -> str:
         """Shorthand for ``param``."""

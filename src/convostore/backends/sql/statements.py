@@ -115,9 +115,8 @@ class Statements:
         self.delete_session = f"DELETE FROM sessions WHERE id = {p('id')}"
         # title, stamp, id
         self.set_title = (
-            f"UPDATE sessions SET title = {p('title')}, stamp = {p('stamp')}"
-            f" WHERE id = {p('id')} RETURNING {SESSION_COLUMNS}"
-        )
+            f"UPDATE sessions SET title = {p('title')}, stamp = {p('stamp')} WHERE id = {p('id')}"
+        ) + (f" RETURNING {SESSION_COLUMNS}" if dialect.returning else "")
         # text, stamp, id, session_id
         self.set_narration = (
             f"UPDATE events SET narration = {p('text')}, stamp = {p('stamp')}"
@@ -160,6 +159,15 @@ class Statements:
             " ORDER BY m.session_id"
         )
 
+        # (none). Counts over the whole database, and its size (see `DatabaseStats`).
+        self.database_stats = (
+            "SELECT (SELECT count(*) FROM users), (SELECT count(*) FROM sessions),"
+            " (SELECT count(*) FROM events),"
+            " (SELECT count(*) FROM events WHERE type = 'MESSAGE'),"
+            " (SELECT count(*) FROM events WHERE embedding IS NOT NULL),"
+            f" ({dialect.database_size})"
+        )
+
     def listing(
         self, summaries: bool, order: SessionOrder, include_parts: bool, by_kind: bool, paged: bool
     ) -> str:
@@ -182,15 +190,14 @@ class Statements:
             statement += SUMMARY_JOINS
         statement += f" WHERE s.owner_id = {p('owner_id')}"
         if not include_parts:
-            statement += " AND s.part_of IS NULL"
+            statement += " AND s." + self.dialect.top_level
         if by_kind:
             statement += f" AND s.kind = {p('kind')}"
         if paged and order is SessionOrder.CREATED:
             statement += f" AND s.id < {p('after_id')}"
         elif paged:
-            statement += (
-                " AND (s.last_activity_at, s.id)"
-                f" < ({p('after_at', 'timestamptz')}, {p('after_id', 'text')})"
+            statement += " AND " + self.dialect.keyset_before(
+                "s.last_activity_at", "s.id", p("after_at", "timestamptz"), p("after_id", "text")
             )
         if order is SessionOrder.CREATED:
             return statement + f" ORDER BY s.id DESC LIMIT {p('limit')}"
@@ -210,7 +217,7 @@ class Statements:
         p = self.dialect.p
         statement = f"SELECT count(*) FROM sessions WHERE owner_id = {p('owner_id')}"
         if not include_parts:
-            statement += " AND part_of IS NULL"
+            statement += " AND " + self.dialect.top_level
         if by_kind:
             statement += f" AND kind = {p('kind')}"
         return statement

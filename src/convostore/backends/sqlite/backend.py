@@ -153,7 +153,7 @@ class SQLiteBackend(SQLBackend):
             raise translate_error(error, target.path) from error
 
     async def stats(self) -> DatabaseStats:
-        row = await self._readers.run(read_all, sql.DATABASE_STATS, ())
+        row = await self._readers.run(read_all, sql.STATEMENTS.database_stats, ())
         users, sessions, events, messages, vectors, size = row[0]
         return DatabaseStats(
             users, sessions, events, messages, vectors, None if self.target.in_memory else size

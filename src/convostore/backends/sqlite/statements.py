@@ -48,6 +48,7 @@ DIALECT: Final = Dialect(
     # by one: a listing names the index it walks.
     index_hint=lambda index: " INDEXED BY " + index,
     count_sessions=_count_sessions,
+    database_size="SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -173,14 +174,3 @@ def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
     )
     bound = _WINDOW_BOUND + start + " FROM bound)"
     return _WINDOW_HEAD + fragments + bound + fragments + " ORDER BY seq"
-
-
-# ---------------------------------------------------------------------------- stats
-
-DATABASE_STATS: Final = """SELECT
-    (SELECT count(*) FROM users),
-    (SELECT count(*) FROM sessions),
-    (SELECT count(*) FROM events),
-    (SELECT count(*) FROM events WHERE type = 'MESSAGE'),
-    (SELECT count(*) FROM events WHERE embedding IS NOT NULL),
-    (SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size())"""
