@@ -629,3 +629,46 @@ async def test_appends_that_returned_survive_a_server_crash() -> None:
             await store.close()
     finally:
         own.stop()
+
+
+# ------------------------------------------------------------------ reads
+
+
+async def test_a_window_read_again_is_the_same_and_sees_every_change(stores: Stores) -> None:
+    """Rows read before are not decoded again, but a row another store changed (a new
+    stamp) or a log deleted and written again under the same ids reads as it is now."""
+    store, other = await stores.open(), await stores.open()
+    session = await store.create_session(ADA)
+    written = [await store.add_message(session.id, say(f"m{i}")) for i in range(5)]
+    first = await store.read(session.id, EventFilter(last=3))
+    assert first == written[2:]
+    again = await store.read(session.id, EventFilter(last=3))
+    assert again == first
+    assert all(a is b for a, b in zip(again, first, strict=True))
+    assert await other.set_narration(session.id, written[3].id, "told again")
+    narrated = await store.read(session.id, EventFilter(last=3))
+    assert [m.narration for m in narrated if isinstance(m, Message)] == [None, "told again", None]
+    await other.delete_session(session.id)
+    await other.create_session(ADA, session_id=session.id)
+    write = MessageWrite(Role.ASSISTANT, "another", id=written[4].id)
+    rewritten = await other.add_message(session.id, write)
+    assert await store.read(session.id, EventFilter(last=3)) == [rewritten]
+
+
+def test_the_event_cache_keeps_the_most_recently_read_events() -> None:
+    from convostore.backends.mysql.statements import DIALECT
+    from convostore.backends.sql.event_cache import EventCache
+
+    def row(key: int, stamp: str | None) -> tuple[Any, ...]:
+        return (key, "s", key, f"e{key}", "NOTE", 0, None, "{}", None, 0, *(None,) * 13, stamp)
+
+    cache = EventCache(capacity=2)
+    one = cache.event(row(1, "a"), DIALECT.rows)
+    assert cache.event(row(1, "a"), DIALECT.rows) is one
+    assert cache.event(row(1, "b"), DIALECT.rows) is not one  # changed since: read anew
+    two = cache.event(row(2, None), DIALECT.rows)
+    assert cache.event(row(2, None), DIALECT.rows) is two
+    assert cache.event(row(1, "b"), DIALECT.rows) is cache.event(row(1, "b"), DIALECT.rows)
+    cache.event(row(3, None), DIALECT.rows)  # drops 2, the least recently read
+    assert len(cache) == 2
+    assert cache.event(row(2, None), DIALECT.rows) is not two

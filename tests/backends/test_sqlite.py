@@ -45,6 +45,7 @@ from convostore.backends.sqlite import SCHEMA_VERSION, SQLiteBackend, SQLiteTarg
 from convostore.backends.sqlite import backend as sqlite_backend_module
 from convostore.backends.sqlite import search as sqlite_search
 from convostore.backends.sqlite import statements as sql
+from convostore.backends.sqlite import vector_cache as sqlite_vector_cache
 from convostore.backends.sqlite.connection import in_read_snapshot, open_connection
 from convostore.backends.sqlite.schema import MIGRATIONS, prepare_database
 from convostore.backends.sqlite.search import VectorCache
@@ -1165,8 +1166,8 @@ async def test_concurrent_searches_see_what_was_written_before_them(
 async def test_a_search_in_an_older_snapshot_answers_for_that_snapshot(
     vector_store: Store, db_path: Path
 ) -> None:
-    """A reader whose snapshot is older than the cache takes the rows up to its own last
-    rowid, and after a change scans the database as it sees it."""
+    """A reader whose snapshot is older than the cache (which another search brought to
+    a later change) scans the database as it sees it."""
     rng = random.Random(9)
     sessions = [await vector_session(vector_store, rng, owner) for owner in (ADA, BOB)]
     cache = VectorCache()
@@ -1195,13 +1196,13 @@ async def test_a_search_in_an_older_snapshot_answers_for_that_snapshot(
         appended = vector_write(rng)
         message = await vector_store.add_message(sessions[0], appended)
         assert in_new_snapshot(appended.embedding, 1) == [message.id]  # the cache grows
-        # The old snapshot takes a prefix of the cache: the new vector is not in it.
+        # The old snapshot does not hold the new vector.
         [nearest] = searched(old, appended.embedding, 1)
         assert nearest in everything
         assert len(searched(old, gaussian(rng), 1000)) == 16
         await vector_store.delete_session(sessions[1])
-        assert len(in_new_snapshot(gaussian(rng), 1000)) == 9  # rebuilt
-        # An older generation than the cache's: scanned as the old snapshot sees it.
+        assert len(in_new_snapshot(gaussian(rng), 1000)) == 9  # the deletes applied
+        # A snapshot older than the cache: scanned as the old snapshot sees it.
         assert len(searched(old, gaussian(rng), 1000)) == 16
         assert searched(old, appended.embedding, 1) == [nearest]
         old.execute("COMMIT")
@@ -1211,38 +1212,54 @@ async def test_a_search_in_an_older_snapshot_answers_for_that_snapshot(
         new.close()
 
 
-async def test_searches_read_only_the_rows_added_since(
+async def test_searches_read_only_the_rows_changed_since(
     vector_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loaded: list[int] = []
-    append = sqlite_search._VectorTable._append
+    """Inserts, re-embeddings and deletes are applied in place: a search reads the rows
+    the change log names and never rebuilds."""
+    written: list[int] = []
+    builds: list[int] = []
+    write = sqlite_vector_cache._VectorTable._write
+    build = sqlite_vector_cache._build
 
-    def counting(table: Any, connection: sqlite3.Connection, rows: list[Any]) -> None:
-        loaded.append(len(rows))
-        append(table, connection, rows)
+    def counting(table: Any, connection: sqlite3.Connection, rows: list[Any], slots: Any) -> None:
+        written.append(len(rows))
+        write(table, connection, rows, slots)
 
-    monkeypatch.setattr(sqlite_search._VectorTable, "_append", counting)
+    def counting_builds(*arguments: Any) -> Any:
+        builds.append(1)
+        return build(*arguments)
+
+    monkeypatch.setattr(sqlite_vector_cache._VectorTable, "_write", counting)
+    monkeypatch.setattr(sqlite_vector_cache, "_build", counting_builds)
     rng = random.Random(10)
     sessions = [await vector_session(vector_store, rng, owner, 10) for owner in (ADA, BOB)]
     vector = gaussian(rng)
     await vector_store.search(vector=vector)
-    assert sum(loaded) == 20
-    loaded.clear()
+    assert sum(written) == 20
+    written.clear()
     await vector_store.search(vector=vector, owner_id="bob")
     await vector_store.search(vector=vector, mode="hybrid", query="message")
-    assert loaded == []
+    assert written == []
     await vector_store.add_message(sessions[0], vector_write(rng))
     await vector_store.append_event(sessions[0], EventWrite("APP.STEP"))
     await vector_store.search(vector=vector)
-    assert loaded == [1]
-    loaded.clear()
+    assert written == [1]
+    written.clear()
     message = (await vector_store.messages(sessions[0]))[0]
     await vector_store.set_narration(sessions[0], message.id, "narrated")
     await vector_store.search(vector=vector)
-    assert loaded == []
-    await vector_store.delete_session(sessions[1])
+    assert written == []
+    await sqlite_of(vector_store).set_embeddings(
+        HashingEmbedder(WIDTH).name, [(message.id, tuple(gaussian(rng)))]
+    )
     await vector_store.search(vector=vector)
-    assert sum(loaded) == 11  # rebuilt
+    assert written == [1]
+    written.clear()
+    await vector_store.delete_session(sessions[1])
+    assert len(await vector_store.search(vector=vector, k=100)) == 11
+    assert written == []
+    assert builds == [1]
 
 
 async def test_without_an_index_every_model_of_the_width_is_searched(store: Store) -> None:
@@ -1262,27 +1279,33 @@ async def test_without_an_index_every_model_of_the_width_is_searched(store: Stor
     assert [hit.message.embedding_model for hit in narrow] == ["c"] * 4
 
 
-async def test_the_generation_moves_on_every_change_but_an_insert(
+async def test_the_change_log_names_every_change_of_a_vector(
     vector_store: Store, db_path: Path
 ) -> None:
+    def logged() -> list[int]:
+        return [row[0] for row in raw_rows(db_path, "SELECT event_rowid FROM vector_changes")]
+
     def generation() -> int:
         [(value,)] = raw_rows(db_path, "SELECT generation FROM vector_generation")
         return int(value)
 
     rng = random.Random(12)
-    start = generation()
+    start, before = generation(), len(logged())
     session = await vector_session(vector_store, rng, ADA, 3)
+    assert len(logged()) == before + 3
     message = (await vector_store.messages(session))[0]
     await vector_store.set_narration(session, message.id, "narrated")
     fresh = await vector_store.get_session(session)
     assert fresh is not None
     await vector_store.update_session(replace(fresh, title="titled"))
-    assert generation() == start
-    await sqlite_of(vector_store).set_embeddings("m", [(message.id, tuple(gaussian(rng)))])
-    assert generation() == start + 1
     await vector_store.append_event(session, EventWrite("APP.STEP"))
+    assert len(logged()) == before + 3
+    await sqlite_of(vector_store).set_embeddings("m", [(message.id, tuple(gaussian(rng)))])
+    [(rowid,)] = raw_rows(db_path, "SELECT rowid FROM events WHERE id = ?", message.id)
+    assert logged()[-1] == rowid
     assert await vector_store.delete_session(session)
-    assert generation() == start + 1 + 4  # each event deleted, by the cascade too
+    assert len(logged()) == before + 3 + 1 + 3  # each vector deleted, by the cascade too
+    assert generation() == start
 
 
 async def test_close_drops_the_cached_vectors(db_path: Path) -> None:

@@ -52,6 +52,7 @@ from convostore.backends.mysql.operations import (
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
 from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.rows import user_values
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
@@ -90,6 +91,7 @@ class MySQLBackend(SQLBackend):
         self.ef_search = native_vectors.EF_SEARCH
         self._pool: Pool | None = None
         self._where = target.where
+        self._event_cache = EventCache()
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -128,6 +130,7 @@ class MySQLBackend(SQLBackend):
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
+        self._event_cache.clear()
         if pool is not None:
             pool.close()
             await pool.wait_closed()
@@ -138,6 +141,11 @@ class MySQLBackend(SQLBackend):
         if self._pool is None:
             raise BackendUnavailableError(f"{self._where}: the store is closed")
         return self._pool
+
+    @property
+    def event_cache(self) -> EventCache:
+        """The events this store read, kept (for its own tests and benchmarks)."""
+        return self._event_cache
 
     # ---------------------------------------------------------------- connections
 
@@ -245,8 +253,8 @@ class MySQLBackend(SQLBackend):
         # of the last n events needs none: its extension reads only positions before
         # the window, which appends (at the end of the log) never change.
         if event_filter.active_view:
-            return await self._snapshot(read_events, session_id, event_filter)
-        return await self._run(read_events, session_id, event_filter)
+            return await self._snapshot(read_events, self._event_cache, session_id, event_filter)
+        return await self._run(read_events, self._event_cache, session_id, event_filter)
 
     # ---------------------------------------------------------------- vectors and text
 

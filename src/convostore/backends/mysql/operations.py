@@ -9,7 +9,6 @@ decided by `convostore.backends.sql.decisions`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Final
@@ -27,12 +26,13 @@ from convostore.backends.mysql.connection import (
 from convostore.backends.mysql.rows import event_from_row, event_row, new_session_row
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
 from convostore.backends.sql import decisions
+from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.rows import user_values
+from convostore.backends.sql.values import json_list
 from convostore.errors import InvalidArgumentError
 from convostore.filters import (
     EventFilter,
     apply_filter,
-    branch_lineage,
     compaction_parts,
     compose_view,
     is_turn_start,
@@ -60,16 +60,6 @@ __all__ = [
     "write_insert_session",
     "write_update_session",
 ]
-
-# MySQL's LIMIT takes an unsigned 64-bit count; a window bound beyond it bounds nothing.
-_NO_LIMIT: Final = 2**64 - 1
-
-_encode_strings = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def json_list(values: Iterable[str]) -> str:
-    """Ids, types, roles or branches bound as one JSON parameter."""
-    return _encode_strings(list(values))
 
 
 async def fetch_one(connection: Connection, statement: str, parameters: Any = None) -> Any:
@@ -293,39 +283,36 @@ async def write_append(connection: Connection, append: PreparedAppend, limit: in
 # ---------------------------------------------------------------------------- reads
 
 _CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
+READER = sql.DIALECT.rows
 
 
 def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "types": None if f.types is None else json_list(f.types),
-        "roles": None if f.roles is None else json_list(str(role) for role in f.roles),
-        "lineage": None if f.branch is None else json_list(branch_lineage(f.branch)),
-        "since": None if f.since is None else to_micros(f.since),
-        "until": None if f.until is None else to_micros(f.until),
-        "text": None if f.text is None else f.text.lower(),
-        "after_seq": decisions.bounded(f.after_seq),
-        "limit": _NO_LIMIT if f.limit is None else min(f.limit, _NO_LIMIT),
-        "last": None if f.last is None else min(f.last, _NO_LIMIT),
-    }
+    parameters = decisions.read_parameters(sql.DIALECT, session_id, f)
+    # The text filter searches the content folded as Python folds it (see `statements`).
+    if f.text is not None:
+        parameters["text"] = f.text.lower()
+    return parameters
 
 
 async def read_events(
-    connection: Connection, session_id: str, event_filter: EventFilter
+    connection: Connection, cache: EventCache, session_id: str, event_filter: EventFilter
 ) -> list[Event]:
     """What `filters.apply_filter` answers over the log; over the active view when the
-    filter asks for it and the log has a compaction."""
+    filter asks for it and the log has a compaction. Rows read before come from
+    ``cache`` rather than being decoded again."""
     if event_filter.active_view:
         boundary = await fetch_one(connection, sql.NEWEST_COMPACTION, (session_id,))
         if boundary is not None:
-            return await _read_active_view(connection, event_from_row(boundary), event_filter)
+            return await _read_active_view(
+                connection, cache, cache.event(boundary, READER), event_filter
+            )
     conditions = decisions.event_conditions(_CONDITION_NAMES, event_filter)
     parameters = _parameters(session_id, event_filter)
     if event_filter.last is None:
         rows = await fetch_all(connection, sql.events_sql("forward", conditions), parameters)
-        return [event_from_row(row) for row in rows]
+        return [cache.event(row, READER) for row in rows]
     newest = await fetch_all(connection, sql.events_sql("newest", conditions), parameters)
-    window = [event_from_row(row) for row in reversed(newest)]
+    window = [cache.event(row, READER) for row in reversed(newest)]
     if (
         not window
         or len(window) < event_filter.last  # The window holds every match already.
@@ -339,21 +326,21 @@ async def read_events(
         return window
     parameters["from_seq"] = start[0]
     rows = await fetch_all(connection, sql.events_sql("between", conditions), parameters)
-    return [event_from_row(row) for row in rows] + window
+    return [cache.event(row, READER) for row in rows] + window
 
 
 async def _read_active_view(
-    connection: Connection, boundary: Event, event_filter: EventFilter
+    connection: Connection, cache: EventCache, boundary: Event, event_filter: EventFilter
 ) -> list[Event]:
     """The newest compaction's view, composed and filtered as `filters.active_view`
     has it, from the events it kept and every event after it."""
     session_id = boundary.session_id
     rows = await fetch_all(connection, sql.EVENTS_AFTER, (session_id, boundary.seq))
-    after = [event_from_row(row) for row in rows]
+    after = [cache.event(row, READER) for row in rows]
     kept_ids, summaries = compaction_parts(boundary, after)
     kept: list[Event] = []
     if kept_ids:
         unique_ids = json_list(dict.fromkeys(kept_ids))
         rows = await fetch_all(connection, sql.KEPT_EVENTS, (unique_ids, session_id, boundary.seq))
-        kept = sorted(map(event_from_row, rows), key=lambda event: event.seq)
+        kept = sorted((cache.event(row, READER) for row in rows), key=lambda event: event.seq)
     return apply_filter(compose_view(kept, summaries, after), event_filter)

@@ -14,6 +14,7 @@ from typing import Final, Literal
 
 from convostore._time import to_micros
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
+from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.statements import (
     EVENT_FIELDS,
@@ -22,7 +23,7 @@ from convostore.backends.sql.statements import (
     Statements,
     columns,
 )
-from convostore.backends.sql.values import MICROS_READER
+from convostore.backends.sql.values import MICROS_READER, json_list
 
 # What an insert writes beyond the fields read back: the text filter's and the text
 # index's forms of the content.
@@ -56,6 +57,8 @@ DIALECT: Final = Dialect(
     # Spelled out: MySQL walks an index range for this, not always for (a, b) < (x, y).
     keyset_before=lambda a, b, x, y: f"({a} < {x} OR ({a} = {x} AND {b} < {y}))",
     returning=False,
+    strings=json_list,
+    no_limit=MAX_INTEGER,
     database_size=(
         "SELECT coalesce(sum(data_length + index_length), 0) FROM information_schema.tables"
         " WHERE table_schema = DATABASE()"
@@ -152,15 +155,17 @@ EVENTS_WITH_IDS: Final = (
     + _STRINGS.format("%s", "wanted")
     + " JOIN events e ON e.id = wanted.value"
 )
+# The reads of the log select each row's ``row_id`` first, the key of the store's
+# `convostore.backends.sql.event_cache.EventCache`.
 NEWEST_COMPACTION: Final = (
-    f"SELECT {EVENT_COLUMNS} FROM events "
+    f"SELECT row_id, {EVENT_COLUMNS} FROM events "
     "WHERE session_id = %s AND type = 'COMPACTION' ORDER BY seq DESC LIMIT 1"
 )
 EVENTS_AFTER: Final = (
-    f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = %s AND seq > %s ORDER BY seq"
+    f"SELECT row_id, {EVENT_COLUMNS} FROM events WHERE session_id = %s AND seq > %s ORDER BY seq"
 )
 KEPT_EVENTS: Final = (
-    f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
+    f"SELECT e.row_id, {columns(EVENT_FIELDS, 'e.')} FROM "
     + _STRINGS.format("%s", "kept")
     + " JOIN events e ON e.id = kept.value WHERE e.session_id = %s AND e.seq < %s"
 )
@@ -183,7 +188,7 @@ EVENT_CONDITIONS: Final = (
     ("text", " AND LOCATE(%(text)s, content_folded) > 0"),
     ("after_seq", " AND seq > %(after_seq)s"),
 )
-_EVENTS_FROM = f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = %(session_id)s"
+_EVENTS_FROM = f"SELECT row_id, {EVENT_COLUMNS} FROM events WHERE session_id = %(session_id)s"
 EventShape = Literal["forward", "newest", "turn_start", "between"]
 # shape -> (what precedes the conditions, what follows them)
 _EVENT_SHAPES: dict[EventShape, tuple[str, str]] = {

@@ -22,11 +22,10 @@ from convostore.backends.postgresql.rows import (
     users_json,
 )
 from convostore.backends.sql.decisions import (
-    bounded,
     check_parent,
     event_conditions,
-    lineage,
     missing_session,
+    read_parameters,
     refuse_existing,
     replay_or_conflict,
     stale_or_missing,
@@ -273,18 +272,7 @@ def _conditions(event_filter: EventFilter) -> tuple[bool, ...]:
 
 
 def _read_parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "types": None if f.types is None else list(f.types),
-        "roles": None if f.roles is None else [str(role) for role in f.roles],
-        "lineage": lineage(f),
-        "since": f.since,
-        "until": f.until,
-        "text": f.text,
-        "after_seq": bounded(f.after_seq),
-        "limit": bounded(f.limit),
-        "last": bounded(f.last),
-    }
+    return read_parameters(sql.DIALECT, session_id, f)
 
 
 async def read_events(

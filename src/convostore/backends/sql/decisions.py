@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from convostore import _json
+from convostore.backends.sql.dialect import Dialect
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -30,8 +31,8 @@ __all__ = [
     "bounded",
     "check_parent",
     "event_conditions",
-    "lineage",
     "missing_session",
+    "read_parameters",
     "refuse_existing",
     "replay_or_conflict",
     "stale_or_missing",
@@ -123,6 +124,20 @@ def event_conditions(names: Sequence[str], event_filter: EventFilter) -> tuple[b
     )
 
 
-def lineage(event_filter: EventFilter) -> list[str] | None:
-    """The branches a branch filter admits besides the root, or None without one."""
-    return None if event_filter.branch is None else list(branch_lineage(event_filter.branch))
+def read_parameters(dialect: Dialect, session_id: str, f: EventFilter) -> dict[str, Any]:
+    """The parameters of a read of the log through ``f``, as ``dialect`` binds them:
+    session_id, types, roles, lineage (the branches a branch filter admits), since,
+    until, text, after_seq, limit and last; None for what the filter does not set."""
+    strings, time = dialect.strings, dialect.time_param
+    return {
+        "session_id": session_id,
+        "types": None if f.types is None else strings(f.types),
+        "roles": None if f.roles is None else strings(str(role) for role in f.roles),
+        "lineage": None if f.branch is None else strings(branch_lineage(f.branch)),
+        "since": None if f.since is None else time(f.since),
+        "until": None if f.until is None else time(f.until),
+        "text": f.text,
+        "after_seq": bounded(f.after_seq),
+        "limit": dialect.no_limit if f.limit is None else bounded(f.limit),
+        "last": bounded(f.last),
+    }

@@ -4,7 +4,7 @@ against it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,6 +40,8 @@ class Dialect:
       statement is rendered without it and `SQLBackend._returning` reads the row back
       in the same transaction.
     - ``database_size``: an expression of the bytes the store's tables take, or NULL.
+    - ``strings``: a list of strings as one parameter (an array, or JSON text);
+      ``no_limit``: the LIMIT parameter that limits nothing.
     """
 
     name: str
@@ -55,6 +57,8 @@ class Dialect:
     )
     returning: bool = True
     database_size: str = "NULL"
+    strings: Callable[[Iterable[str]], Any] = list
+    no_limit: int | None = None
 
     def p(self, name: str, sql_type: str | None = None) -> str:
         """Shorthand for ``param``."""

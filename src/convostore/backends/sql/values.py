@@ -5,8 +5,10 @@ order (`convostore.backends.sql.statements`)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from array import array
+from collections.abc import Iterable
 from typing import Any, Final
 
 from convostore._time import from_micros, to_micros
@@ -14,11 +16,28 @@ from convostore.backends.sql.rows import RowReader
 from convostore.model import Message
 from convostore.prepare import NewSession, PreparedEvent
 
-__all__ = ["MICROS_READER", "event_values", "session_values", "vector_blob", "vector_from_blob"]
+__all__ = [
+    "MICROS_READER",
+    "event_values",
+    "json_list",
+    "session_values",
+    "vector_blob",
+    "vector_from_blob",
+]
 
 _BIG_ENDIAN: Final = sys.byteorder == "big"
 # What fills the columns only a message has, for any other event.
 _NOT_A_MESSAGE: Final = (None,) * 14
+
+
+# Lists of ids, types, roles and branches are bound as one JSON text parameter. They
+# hold only strings, so one encoder made once serves them all.
+_encode_strings = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def json_list(values: Iterable[str]) -> str:
+    """Strings bound as one JSON text parameter."""
+    return _encode_strings(list(values))
 
 
 def vector_blob(vector: tuple[float, ...] | None) -> bytes | None:

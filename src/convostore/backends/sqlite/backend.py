@@ -74,8 +74,9 @@ class SQLiteBackend(SQLBackend):
     `SEARCH_THREADS` more run searches, so that no search waits in front of a read. Open
     it with `open`, which migrates the schema.
 
-    Vector search keeps the vectors it searches in memory, about 156 MB for 100,000 of
-    384 dimensions, until close (see `convostore.backends.sqlite.search`).
+    Vector search keeps a compact copy of the vectors it searches in memory, about 46 MB
+    for 100,000 of 384 dimensions, until close (see
+    `convostore.backends.sqlite.vector_cache`).
     """
 
     statements = sql.STATEMENTS

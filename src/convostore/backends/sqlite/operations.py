@@ -15,10 +15,10 @@ from typing import Any
 
 from convostore._time import to_micros
 from convostore.backends.sql.decisions import (
-    bounded,
     check_parent,
     event_conditions,
     missing_session,
+    read_parameters,
     refuse_existing,
     replay_or_conflict,
     stale_or_missing,
@@ -37,7 +37,6 @@ from convostore.backends.sqlite.rows import (
 from convostore.filters import (
     EventFilter,
     apply_filter,
-    branch_lineage,
     compaction_parts,
     compose_view,
 )
@@ -251,19 +250,7 @@ _CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
 
 
 def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "types": None if f.types is None else _json_list(f.types),
-        # Roles are `Role` values, strings whose JSON is the role's name.
-        "roles": None if f.roles is None else _json_list(f.roles),
-        "lineage": None if f.branch is None else _json_list(branch_lineage(f.branch)),
-        "since": None if f.since is None else to_micros(f.since),
-        "until": None if f.until is None else to_micros(f.until),
-        "text": f.text,
-        "after_seq": bounded(f.after_seq),
-        "limit": -1 if f.limit is None else bounded(f.limit),
-        "last": bounded(f.last),
-    }
+    return read_parameters(sql.DIALECT, session_id, f)
 
 
 def read_events(connection: Connection, session_id: str, event_filter: EventFilter) -> list[Event]:

@@ -24,6 +24,55 @@ from convostore.errors import SchemaVersionError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database", "read_pending_migrations"]
 
+# Every change a vector cache must follow, in commit order, from whichever connection or
+# process makes it: the rowid of each event whose vector appears, changes (its vector,
+# model, role, type or session) or goes. A cache remembers the last change it applied
+# and reads the rest (`convostore.backends.sqlite.search`). Writes are serialised, so ids
+# (AUTOINCREMENT: never reused) grow in commit order and a snapshot sees a prefix. The
+# log keeps the last VECTOR_CHANGES_KEPT changes: every 4,096th change drops the older
+# ones and records the id dropped through, and a cache that is behind it rebuilds. The
+# generation counter of version 3 now moves only when a session changes owner.
+VECTOR_CHANGES_KEPT: Final = 262_144
+# Written to be harmless when run again (a database taken back to an older version by
+# hand keeps this version's tables).
+VECTOR_CHANGES_MIGRATION: Final = (
+    """CREATE TABLE IF NOT EXISTS vector_changes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        event_rowid INTEGER NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS vector_changes_pruned (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        through INTEGER NOT NULL
+    )""",
+    "INSERT OR IGNORE INTO vector_changes_pruned (id, through) VALUES (1, 0)",
+    "DROP TRIGGER IF EXISTS events_vector_update",
+    "DROP TRIGGER IF EXISTS events_vector_delete",
+    """CREATE TRIGGER IF NOT EXISTS events_vector_insert AFTER INSERT ON events
+        WHEN NEW.embedding IS NOT NULL
+    BEGIN
+        INSERT INTO vector_changes (event_rowid) VALUES (NEW.rowid);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS events_vector_update
+        AFTER UPDATE OF type, session_id, role, embedding, embedding_model ON events
+        WHEN OLD.embedding IS NOT NULL OR NEW.embedding IS NOT NULL
+    BEGIN
+        INSERT INTO vector_changes (event_rowid) VALUES (NEW.rowid);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS events_vector_delete AFTER DELETE ON events
+        WHEN OLD.embedding IS NOT NULL
+    BEGIN
+        INSERT INTO vector_changes (event_rowid) VALUES (OLD.rowid);
+    END""",
+    f"""CREATE TRIGGER IF NOT EXISTS vector_changes_prune AFTER INSERT ON vector_changes
+        WHEN NEW.id % 4096 = 0 AND NEW.id > {VECTOR_CHANGES_KEPT}
+    BEGIN
+        DELETE FROM vector_changes WHERE id <= NEW.id - {VECTOR_CHANGES_KEPT};
+        UPDATE vector_changes_pruned SET through = NEW.id - {VECTOR_CHANGES_KEPT} WHERE id = 1;
+    END""",
+    # The caches built before this version followed the generation counter alone.
+    "UPDATE vector_generation SET generation = generation + 1 WHERE id = 1",
+)
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         """CREATE TABLE users (
@@ -219,6 +268,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         f"""INSERT INTO events_fts (rowid, words)
             SELECT rowid, {TOKENS_FUNCTION}(content) FROM events WHERE type = 'MESSAGE'""",
     ),
+    VECTOR_CHANGES_MIGRATION,
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -20,6 +20,7 @@ from convostore.backends.sql.statements import (
     Statements,
     columns,
 )
+from convostore.backends.sql.values import json_list
 from convostore.backends.sqlite.connection import CONTAINS_FUNCTION
 from convostore.backends.sqlite.rows import READER
 
@@ -49,6 +50,8 @@ DIALECT: Final = Dialect(
     index_hint=lambda index: " INDEXED BY " + index,
     count_sessions=_count_sessions,
     database_size="SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+    strings=json_list,
+    no_limit=-1,
 )
 STATEMENTS: Final = Statements(DIALECT)
 
