@@ -4,14 +4,17 @@ in those versions); text search runs on a FULLTEXT index.
 
 Modules, in the order a call goes through them:
 
-- `backend`: `MySQLBackend`, whose primitives each run one function on one pooled
-  connection, and where the driver's errors end.
+- `backend`: `MySQLBackend`, a `convostore.backends.sql.SQLBackend` whose own
+  primitives each run one function on one pooled connection, and where the driver's
+  errors end.
 - `connection`: how connections are set up, transactions run and retried; the error
   translation.
 - `operations`: the functions, one per primitive of the log and sessions.
 - `search`: vector and text search, the vector index record and re-embedding.
-- `statements`: every statement, as named constants with bound parameters.
-- `rows`: values to parameters, and rows back to values.
+- `statements`: MySQL's `Dialect` of the shared statements, and the statements only
+  MySQL runs, as named constants with bound parameters.
+- `rows`: the values of the columns only MySQL has (see `convostore.backends.sql.values`
+  for the rest).
 - `schema` and `migrate`: the versioned migrations applied at connect.
 - `url`: ``mysql://`` URLs and their options.
 

@@ -3,7 +3,8 @@ seen.
 
 Reading a window of the log costs more in turning each row's 23 columns into an `Event`
 than the database spends finding them. A backend whose rows carry a key that is never
-given to another row (MySQL's ``row_id``, an AUTO_INCREMENT kept across restarts) reads
+given to another row (MySQL's ``row_id``, an AUTO_INCREMENT kept across restarts; SQLite's
+rowid with a stamp on every row, see `convostore.backends.sqlite.event_cache`) reads
 that key with the event's columns; an event kept for the same key and the same
 ``stamp`` is the same value, and is handed out again instead of being decoded. Why the
 stamp is enough: a row is changed only by writes that give it a new stamp (narration and
@@ -54,6 +55,23 @@ class EventCache:
         event = reader.event(row, 1)
         self.keep([(key, stamp, event)])
         return event
+
+    def take(self, keys: Sequence[tuple[Any, Any]]) -> tuple[list[Event | None], list[int]]:
+        """For (key, stamp) pairs: the kept event where its stamp matches, else None;
+        and the positions of the Nones."""
+        found: list[Event | None] = []
+        missing: list[int] = []
+        events = self._events
+        with self._lock:
+            for position, (key, stamp) in enumerate(keys):
+                kept = events.get(key)
+                if kept is not None and kept[0] == stamp:
+                    events.move_to_end(key)
+                    found.append(kept[1])
+                else:
+                    found.append(None)
+                    missing.append(position)
+        return found, missing
 
     def keep(self, entries: Sequence[tuple[Any, Any, Event]]) -> None:
         """Keep each (key, stamp, event)."""

@@ -16,6 +16,7 @@ from convostore.backends.sqlite.connection import (
     in_read_snapshot,
     open_connection,
 )
+from convostore.backends.sqlite.event_cache import EventCache
 from convostore.backends.sqlite.operations import (
     read_all,
     read_events,
@@ -43,6 +44,7 @@ from convostore.backends.sqlite.search import (
     write_embeddings,
     write_vector_index,
 )
+from convostore.backends.sqlite.text_index import TextIndexer, write_catch_up
 from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
 from convostore.backends.sqlite.worker import ConnectionWorker, translate_error
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
@@ -76,7 +78,8 @@ class SQLiteBackend(SQLBackend):
 
     Vector search keeps a compact copy of the vectors it searches in memory, about 46 MB
     for 100,000 of 384 dimensions, until close (see
-    `convostore.backends.sqlite.vector_cache`).
+    `convostore.backends.sqlite.vector_cache`); reads keep up to `event_cache.CAPACITY`
+    decoded events, so a window read again decodes only what is new or changed.
     """
 
     statements = sql.STATEMENTS
@@ -91,13 +94,16 @@ class SQLiteBackend(SQLBackend):
             cross_process=not target.in_memory,
         )
         where = f"SQLite database {target.path!r}"
+        self._text_indexer = TextIndexer()
         self._writer = ConnectionWorker(
             "convostore-sqlite-writer",
             where,
             functools.partial(open_connection, target, reader=False),
             threads=1,
+            after_commit=self._text_indexer.after_commit,
         )
         self._vector_cache = VectorCache()
+        self._event_cache = EventCache()
         # No other connection can see a :memory: database, so it reads where it writes.
         self._readers = (
             self._writer
@@ -170,6 +176,7 @@ class SQLiteBackend(SQLBackend):
         # Last, so the last connection to close checkpoints the WAL into the database.
         await self._writer.stop()
         self._vector_cache.clear()
+        self._event_cache.clear()
 
     async def _write(self, fn: Callable[[Any, *Ts], T], *args: *Ts) -> T:
         """``fn`` on the writer thread as one transaction, answered once durable; writes
@@ -211,13 +218,18 @@ class SQLiteBackend(SQLBackend):
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
+        self._text_indexer.count(sum(1 for p in append.events if p.message_json is not None))
         return await self._write(write_append, append)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+        cache = self._event_cache
         if not event_filter.active_view:
-            # A single statement sees one snapshot without a transaction around it.
-            return await self._readers.run(read_events, session_id, event_filter)
-        return await self._readers.run(in_read_snapshot, read_events, (session_id, event_filter))
+            # One statement sees one snapshot without a transaction around it, and the
+            # read falls back to one statement where its two would see different ones.
+            return await self._readers.run(read_events, cache, session_id, event_filter)
+        return await self._readers.run(
+            in_read_snapshot, read_events, (cache, session_id, event_filter)
+        )
 
     # ---------------------------------------------------------------- vectors and text
 
@@ -253,6 +265,8 @@ class SQLiteBackend(SQLBackend):
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
         scope = query.scope
+        # Whatever was appended before this search, in any process, is indexed first.
+        await self._write(write_catch_up)
         return await self._searchers.run(
             in_read_snapshot,
             read_text_search,

@@ -27,6 +27,7 @@ from convostore.backends.sql.decisions import (
 )
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import RollbackAndReturn
+from convostore.backends.sqlite.event_cache import EventCache, read_through
 from convostore.backends.sqlite.rows import (
     event_from_row,
     event_values,
@@ -253,9 +254,12 @@ def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
     return read_parameters(sql.DIALECT, session_id, f)
 
 
-def read_events(connection: Connection, session_id: str, event_filter: EventFilter) -> list[Event]:
+def read_events(
+    connection: Connection, cache: EventCache, session_id: str, event_filter: EventFilter
+) -> list[Event]:
     """What `filters.apply_filter` answers over the log, computed in SQL; over the
-    active view when the filter asks for it and the log has a compaction."""
+    active view when the filter asks for it and the log has a compaction. Events already
+    in ``cache`` are not decoded again (`event_cache.read_through`)."""
     if event_filter.active_view:
         boundary = connection.execute(sql.NEWEST_COMPACTION, (session_id,)).fetchone()
         if boundary is not None:
@@ -266,8 +270,13 @@ def read_events(connection: Connection, session_id: str, event_filter: EventFilt
         shape: sql.EventShape = "forward"
     else:
         shape = "window" if event_filter.can_match_turn_start else "window_whole"
-    rows = connection.execute(sql.events_sql(shape, conditions), parameters)
-    return [event_from_row(row) for row in rows]
+    return read_through(
+        connection,
+        cache,
+        sql.events_sql(shape, conditions, keys=True),
+        sql.events_sql(shape, conditions),
+        parameters,
+    )
 
 
 def _read_active_view(

@@ -4,14 +4,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from convostore.backends.sql import values
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.values import (
     MICROS_READER,
-    event_values,
     session_values,
     vector_blob,
     vector_from_blob,
 )
+from convostore.prepare import PreparedEvent, new_stamp
 
 __all__ = [
     "event_from_row",
@@ -24,6 +27,16 @@ __all__ = [
     "vector_blob",
     "vector_from_blob",
 ]
+
+
+def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
+    """`values.event_values`, with a stamp of its own for an event that is not a message
+    (which has one already): `event_cache` tells rows apart by their stamps."""
+    row = values.event_values(prepared, seq)
+    if row[-1] is None:
+        return (*row[:-1], new_stamp())
+    return row
+
 
 READER = MICROS_READER
 user_from_row = READER.user

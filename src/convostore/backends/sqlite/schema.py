@@ -269,6 +269,44 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             SELECT rowid, {TOKENS_FUNCTION}(content) FROM events WHERE type = 'MESSAGE'""",
     ),
     VECTOR_CHANGES_MIGRATION,
+    (
+        # The text index fed in batches, not by a trigger on every append: indexing in
+        # the append's transaction wrote a new FTS5 segment (about 4 pages) and cost
+        # more CPU than the rest of the append. Every message whose rowid is at most
+        # `indexed_through` is in the index, and every rowid in the index is a message
+        # at most there; the rows above it are indexed by the writer in batches and by
+        # every search before it runs (`text_index`). A delete keeps both true: it takes
+        # an indexed message out of the index, then lowers the mark to the highest
+        # rowid left, below which the next insert's rowid (max + 1) can never fall.
+        # From this version on every events row is inserted with a stamp of its own and
+        # every UPDATE of events sets a new one: `event_cache` tells rows apart by it.
+        """CREATE TABLE text_index_state (
+            id INTEGER PRIMARY KEY CHECK (id = 1),
+            indexed_through INTEGER NOT NULL
+        )""",
+        # Every message is indexed here: the old trigger indexed each one.
+        """INSERT INTO text_index_state (id, indexed_through)
+            VALUES (1, (SELECT coalesce(max(rowid), 0) FROM events))""",
+        "DROP TRIGGER events_fts_insert",
+        "DROP TRIGGER events_fts_delete",
+        f"""CREATE TRIGGER events_fts_delete AFTER DELETE ON events
+        BEGIN
+            INSERT INTO events_fts (events_fts, rowid, words)
+                SELECT 'delete', OLD.rowid, {TOKENS_FUNCTION}(OLD.content)
+                WHERE OLD.type = 'MESSAGE'
+                AND OLD.rowid <= (SELECT indexed_through FROM text_index_state WHERE id = 1);
+            UPDATE text_index_state SET indexed_through = (
+                SELECT coalesce(max(rowid), 0) FROM events
+            ) WHERE id = 1 AND indexed_through > (SELECT coalesce(max(rowid), 0) FROM events);
+        END""",
+        # Every append moves its session's last_activity_at, so each index holding it
+        # is written by every append: three were a third of an append's pages. The
+        # listings of top-level sessions by activity now walk the owner's index of all
+        # sessions by activity and skip the parts (and other kinds) row by row, as a
+        # listing of parts by kind already did (`statements.DIALECT`).
+        "DROP INDEX sessions_top_by_activity",
+        "DROP INDEX sessions_top_kind_by_activity",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

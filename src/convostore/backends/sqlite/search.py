@@ -1,7 +1,8 @@
 """Vector and text search, the vector index record, and re-embedding on SQLite.
 
 Text search runs on an FTS5 index of the words of each message's content, the
-`text_tokens` every backend matches (schema version 4).
+`text_tokens` every backend matches (schema version 4), fed in batches and brought up
+to date before each search (schema version 6, `text_index`).
 
 Vector search ranks the rows a `VectorCache` shortlists in the read snapshot (see
 `convostore.backends.sqlite.vector_cache`) exactly, on their float32 vectors read from

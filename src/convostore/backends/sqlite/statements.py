@@ -40,6 +40,13 @@ def _count_sessions(include_parts: bool, by_kind: bool) -> str:
     return sql
 
 
+# The indexes schema version 6 dropped (an append wrote each), and the one a listing
+# walks instead, skipping the rows its filter refuses.
+_WALKED_INSTEAD: Final = {
+    "sessions_top_by_activity": "sessions_by_activity",
+    "sessions_top_kind_by_activity": "sessions_by_activity",
+}
+
 DIALECT: Final = Dialect(
     name="sqlite",
     param=lambda name, sql_type: ":" + name,
@@ -47,7 +54,7 @@ DIALECT: Final = Dialect(
     rows=READER,
     # Without statistics the planner may take the wider index and filter rows out one
     # by one: a listing names the index it walks.
-    index_hint=lambda index: " INDEXED BY " + index,
+    index_hint=lambda index: " INDEXED BY " + _WALKED_INSTEAD.get(index, index),
     count_sessions=_count_sessions,
     database_size="SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
     strings=json_list,
@@ -138,7 +145,9 @@ EVENT_CONDITIONS: Final = (
     ("text", f" AND {CONTAINS_FUNCTION}(content, :text)"),
     ("after_seq", " AND seq > :after_seq"),
 )
-_EVENTS_FROM = f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = :session_id"
+_EVENTS_FROM = " FROM events WHERE session_id = :session_id"
+# What a read selects: every column, or the keys of `event_cache` (rowid and stamp).
+_SELECTED = {False: f"SELECT {EVENT_COLUMNS}", True: "SELECT rowid, stamp"}
 # Written out as in the partial index events_turn_starts, so the planner can use it.
 _IS_TURN_START = " AND type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND synthetic = 0"
 EventShape = Literal["forward", "window", "window_whole"]
@@ -150,8 +159,8 @@ _WINDOW_HEAD = "WITH newest AS (SELECT seq FROM events WHERE session_id = :sessi
 _WINDOW_BOUND = (
     " ORDER BY seq DESC LIMIT :last), "
     "bound AS (SELECT min(seq) AS low, count(*) AS found FROM newest) "
-    f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = :session_id AND seq >= (SELECT "
 )
+_WINDOW_FROM = " FROM events WHERE session_id = :session_id AND seq >= (SELECT "
 _WINDOW_TURN_START = (
     "CASE WHEN bound.found < :last THEN bound.low ELSE coalesce(("
     "SELECT seq FROM events WHERE session_id = :session_id AND seq <= bound.low" + _IS_TURN_START
@@ -159,21 +168,22 @@ _WINDOW_TURN_START = (
 
 
 @functools.cache
-def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
+def events_sql(shape: EventShape, conditions: tuple[bool, ...], keys: bool = False) -> str:
     """The read of one shape with the conditions flagged in ``conditions`` (one flag per
     `EVENT_CONDITIONS` entry), in log order. Parameters: session_id, the conditions'
     names (lineage for branch), and limit (``forward``: the first matches; -1 for all) or
     last (``window``: the newest matches widened back to a turn start; ``window_whole``:
-    not widened, for filters no turn start can pass)."""
+    not widened, for filters no turn start can pass). With ``keys`` it selects the rowid
+    and stamp of each event, not its columns."""
     fragments = "".join(
         fragment for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True) if used
     )
     if shape == "forward":
-        return _EVENTS_FROM + fragments + " ORDER BY seq LIMIT :limit"
+        return _SELECTED[keys] + _EVENTS_FROM + fragments + " ORDER BY seq LIMIT :limit"
     start = (
         _WINDOW_TURN_START + fragments + " ORDER BY seq DESC LIMIT 1), bound.low) END"
         if shape == "window"
         else "bound.low"
     )
-    bound = _WINDOW_BOUND + start + " FROM bound)"
+    bound = _WINDOW_BOUND + _SELECTED[keys] + _WINDOW_FROM + start + " FROM bound)"
     return _WINDOW_HEAD + fragments + bound + fragments + " ORDER BY seq"

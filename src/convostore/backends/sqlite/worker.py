@@ -50,7 +50,8 @@ class ConnectionWorker:
 
     The threads share one queue, so an idle thread takes the next job. A function runs
     as ``fn(connection, *args)``; what it raises reaches the caller of `run`, with
-    sqlite3 errors translated to convostore's.
+    sqlite3 errors translated to convostore's. ``after_commit``, if given, runs on the
+    thread after each group of writes is committed and answered (it must not raise).
     """
 
     def __init__(
@@ -59,8 +60,10 @@ class ConnectionWorker:
         where: str,
         open_connection: Callable[[], sqlite3.Connection],
         threads: int,
+        after_commit: Callable[[sqlite3.Connection], None] | None = None,
     ) -> None:
         self.name = name
+        self._after_commit = after_commit
         self.where = where
         self._open_connection = open_connection
         self._size = threads
@@ -173,6 +176,8 @@ class ConnectionWorker:
                         held = queued  # runs next, after the group, as it was queued
                         break
                 _commit_group(connection, group)
+                if self._after_commit is not None:
+                    self._after_commit(connection)
                 continue
             assert future is not None
             assert job_loop is not None
