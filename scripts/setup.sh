@@ -34,3 +34,6 @@ if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
     echo "setup: install mariadb-server (Debian) for the MySQL backend's tests" >&2
   fi
 fi
+# MariaDB 11.8 (native vector index) beside it, unpacked from Debian trixie into .venv
+# for the mariadb11 tests (see the script).
+scripts/fetch_mariadb.sh

@@ -17,9 +17,8 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -60,6 +59,7 @@ __all__ = [
     "in_ci",
     "indexed_store",
     "local_time_zone_off_utc",
+    "mariadb11_server",
     "mariadb_server",
     "postgresql_server",
     "store",
@@ -81,27 +81,36 @@ def _sqlite_url(tmp_path: Path) -> str | Unavailable:
     return missing or f"sqlite:///{tmp_path / 'contract.db'}"
 
 
-def _session_server(name: str, servers: ModuleType) -> Any:
-    """The session-scoped fixture ``{name}_server``: the session's server of
-    ``servers`` (a module of `tests.servers`: its ``shared_server``, started on first
-    use and stopped at the end), or `Unavailable` with the reason it cannot run."""
+def _session_server(name: str, start: Callable[[], Any], stop: Callable[[], None]) -> Any:
+    """The session-scoped fixture ``{name}_server``: the session's server, which
+    ``start`` gives (a ``shared_server`` of `tests.servers`, started on first use) and
+    ``stop`` stops at the end, or `Unavailable` with the reason it cannot run."""
 
     @pytest.fixture(scope="session", name=f"{name}_server")
     def server() -> Iterator[Any]:
         try:
-            started = servers.shared_server()
+            started = start()
         except ServerUnavailable as why:
             yield Unavailable(str(why))
             return
         yield started
-        servers.stop_shared_server()
+        stop()
 
     return server
 
 
-postgresql_server = _session_server("postgresql", postgresql_servers)
-mariadb_server = _session_server("mariadb", mariadb_servers)
-falkordb_server = _session_server("falkordb", falkordb_servers)
+postgresql_server = _session_server(
+    "postgresql", postgresql_servers.shared_server, postgresql_servers.stop_shared_server
+)
+mariadb_server = _session_server(
+    "mariadb", mariadb_servers.shared_server, mariadb_servers.stop_shared_server
+)
+mariadb11_server = _session_server(
+    "mariadb11", mariadb_servers.shared_server_11, mariadb_servers.stop_shared_server_11
+)
+falkordb_server = _session_server(
+    "falkordb", falkordb_servers.shared_server, falkordb_servers.stop_shared_server
+)
 
 _schema_numbers = itertools.count(1)
 
@@ -135,6 +144,7 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "sqlite": _sqlite_url,
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
     "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
+    "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_database),
     "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph),
 }
 
@@ -150,6 +160,11 @@ DIVERGENCES: list[Divergence] = [
         _PACKET,
     ),
     Divergence("mariadb", "test_limits.py::test_a_100_megabyte_message_is_stored_whole", _PACKET),
+]
+
+# MariaDB 11.8 runs the same backend: it diverges where 10.11 does.
+DIVERGENCES += [
+    Divergence("mariadb11", d.test, d.reason) for d in DIVERGENCES if d.backend == "mariadb"
 ]
 
 backend = backend_fixture(BACKENDS, DIVERGENCES)

@@ -8,7 +8,9 @@ as root. Nothing of the machine's own MariaDB configuration or data is read or t
 `shared_server` is what the test session uses: one server, started on first use and
 stopped at the end of the session (or at exit). ``CONVOSTORE_TEST_MYSQL_URL`` points the
 tests at an existing MySQL or MariaDB server instead, whose URL must name a user that
-may create and drop databases.
+may create and drop databases. `shared_server_11` is the same for MariaDB 11.8 (native
+vectors), run from the copy ``scripts/fetch_mariadb.sh`` unpacks into the virtual
+environment (``CONVOSTORE_TEST_MARIADB11_URL`` names an existing one instead).
 
     with MariaDBServer() as server:
         print(server.url("chat"))       # mysql://root@127.0.0.1:PORT/chat
@@ -21,6 +23,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,10 +46,15 @@ __all__ = [
     "ServerUnavailable",
     "TestServer",
     "shared_server",
+    "shared_server_11",
     "stop_shared_server",
+    "stop_shared_server_11",
 ]
 
 SERVER_URL_VARIABLE: Final = "CONVOSTORE_TEST_MYSQL_URL"
+SERVER_11_URL_VARIABLE: Final = "CONVOSTORE_TEST_MARIADB11_URL"
+# Where scripts/fetch_mariadb.sh unpacks MariaDB 11.8: the running virtual environment.
+MARIADB_11_HOME: Final = Path(sys.prefix) / "mariadb-11.8"
 SYSTEM_USER: Final = "mysql"
 # Where Debian's packages put the programs; PATH is searched first.
 _PROGRAM_DIRECTORIES: Final = ("/usr/sbin", "/usr/bin")
@@ -90,10 +98,25 @@ class MariaDBServer(ServerProcess):
     ``durable=False`` (for tests) flushes the log once a second rather than at every
     commit; a benchmark keeps the defaults so its figures are those of a real server.
     ``settings`` adds or overrides server options (names as on mariadbd's command line).
+    ``home`` runs the server unpacked there by scripts/fetch_mariadb.sh instead of the
+    system's.
     """
 
-    def __init__(self, *, durable: bool = False, settings: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        durable: bool = False,
+        settings: dict[str, str] | None = None,
+        home: Path | None = None,
+    ) -> None:
         self.settings = {**COMMON_SETTINGS, **({} if durable else FAST_SETTINGS)}
+        self.home = home
+        if home is not None:
+            # Its own messages, and no plugin of the system's older server.
+            messages = home / "root" / "usr" / "share" / "mariadb"
+            self.settings.update(
+                {"lc-messages-dir": str(messages), "plugin-dir": str(home / "plugin")}
+            )
         self.settings.update(settings or {})
         self.port = 0
         self.directory: Path | None = None
@@ -107,8 +130,8 @@ class MariaDBServer(ServerProcess):
         leave nothing behind) when that cannot be done here."""
         if self.directory is not None:
             return
-        install_db = _program("mariadb-install-db")
-        _program("mariadbd")
+        install_db, *install_options = self._install_db()
+        self._mariadbd()
         if os.geteuid() == 0:
             try:
                 pwd.getpwnam(SYSTEM_USER)
@@ -123,7 +146,8 @@ class MariaDBServer(ServerProcess):
             if self._as_user:
                 shutil.chown(self.directory, SYSTEM_USER, SYSTEM_USER)
             self._command(
-                install_db, "--no-defaults", f"--datadir={self.data}", *self._as_user,
+                install_db, "--no-defaults", *install_options, f"--datadir={self.data}",
+                *self._as_user,
                 "--auth-root-authentication-method=normal", "--skip-test-db",
                 "--skip-name-resolve",
             )  # fmt: skip
@@ -172,6 +196,24 @@ class MariaDBServer(ServerProcess):
 
     # ---------------------------------------------------------------- internals
 
+    def _install_db(self) -> list[str]:
+        if self.home is None:
+            return [_program("mariadb-install-db")]
+        # --force: the unpacked copy has no resolveip, and names are not resolved anyway.
+        script = self.home / "root" / "usr" / "bin" / "mariadb-install-db"
+        return [str(script), f"--basedir={self.home / 'base'}", "--force"]
+
+    def _mariadbd(self) -> str:
+        if self.home is None:
+            return _program("mariadbd")
+        wrapper = self.home / "base" / "sbin" / "mariadbd"
+        if not wrapper.exists():
+            raise ServerUnavailable(
+                f"no MariaDB 11.8 in {self.home}: run scripts/fetch_mariadb.sh "
+                "(scripts/setup.sh does)"
+            )
+        return str(wrapper)
+
     def _start_on_a_free_port(self) -> None:
         def launch(port: int) -> None:
             self.port = port
@@ -183,9 +225,11 @@ class MariaDBServer(ServerProcess):
         assert self.directory is not None
         options = [f"--{name}={value}" for name, value in self.settings.items()]
         command = [
-            _program("mariadbd"), "--no-defaults", f"--datadir={self.data}",
+            self._mariadbd(), "--no-defaults", f"--datadir={self.data}",
             f"--port={self.port}", f"--socket={self.socket_path}",
             f"--pid-file={self.directory / 'mariadbd.pid'}", f"--log-error={self.log_file}",
+            # Its temporary tables beside its data: a shared /tmp is cleaned by others.
+            f"--tmpdir={self.directory}",
             *self._as_user, *options,
         ]  # fmt: skip
         self._process = subprocess.Popen(
@@ -243,3 +287,15 @@ _shared = SharedServer(SERVER_URL_VARIABLE, MariaDBServer)
 # else one server of this module started on first call, and stopped by the second.
 shared_server = _shared.get
 stop_shared_server = _shared.stop
+
+_shared_11 = SharedServer(SERVER_11_URL_VARIABLE, lambda: MariaDBServer(home=MARIADB_11_HOME))
+
+
+def shared_server_11() -> TestServer:
+    """The session's MariaDB 11.8 (see `SharedServer`): ``CONVOSTORE_TEST_MARIADB11_URL``
+    if set, else one `MariaDBServer` of ``MARIADB_11_HOME`` started on first call."""
+    return _shared_11.get()
+
+
+def stop_shared_server_11() -> None:
+    _shared_11.stop()

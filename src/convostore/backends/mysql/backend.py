@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -19,7 +20,7 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.backends.mysql import search
+from convostore.backends.mysql import native_vectors, search
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
     Connection,
@@ -31,6 +32,7 @@ from convostore.backends.mysql.connection import (
 )
 from convostore.backends.mysql.migrate import (
     add_indexed_keys,
+    migration_lock,
     prepare_database,
     read_pending_migrations,
     remove_indexed_key,
@@ -82,6 +84,11 @@ class MySQLBackend(SQLBackend):
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
         # Text search runs on a FULLTEXT index; vectors are scanned (see `search`).
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
+        # Whether the server has MariaDB's VECTOR type and index (see `native_vectors`),
+        # and its graph's neighbours per node and search candidates.
+        self.server_vectors = False
+        self.graph_m = native_vectors.GRAPH_M
+        self.ef_search = native_vectors.EF_SEARCH
         self._pool: Pool | None = None
         self._where = target.where
         self._event_cache = EventCache()
@@ -97,9 +104,16 @@ class MySQLBackend(SQLBackend):
         try:
             backend.facts = await prepare_database(target)
             backend._pool = await open_pool(target, backend.facts)
+            await backend._probe_native_vectors()
         except _DRIVER_ERRORS as error:
             raise translate_error(error, target.where) from error
         return backend
+
+    async def _probe_native_vectors(self) -> None:
+        self.server_vectors = await self._run(native_vectors.server_has_vectors, self.facts)
+        self.capabilities = dataclasses.replace(
+            self.capabilities, native_vector_index=self.server_vectors
+        )
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
@@ -207,7 +221,16 @@ class MySQLBackend(SQLBackend):
     async def update_session(self, changes: SessionChanges) -> Session:
         return await self._write(write_update_session, changes, self.facts.max_packet)
 
+    async def delete_session(self, session_id: str) -> bool:
+        if self.server_vectors:
+            return await self._write(native_vectors.delete_session, session_id)
+        return await super().delete_session(session_id)
+
     async def delete_expired(self, before: datetime) -> int:
+        if self.server_vectors:
+            return await self._write(
+                native_vectors.delete_expired, to_micros(before), write_delete_expired
+            )
         return await self._write(write_delete_expired, to_micros(before))
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
@@ -219,6 +242,10 @@ class MySQLBackend(SQLBackend):
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
+        if self.server_vectors:
+            return await self._write(
+                native_vectors.append, append, write_append, self.facts.max_packet
+            )
         return await self._write(write_append, append, self.facts.max_packet)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
@@ -236,6 +263,26 @@ class MySQLBackend(SQLBackend):
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         await self._run(search.declare_vector_index, spec, replace)
+        if self.server_vectors:
+            await self._native_graph(replace=replace, build=True)
+
+    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+        """As `Backend.begin_reembed`; MariaDB's graph of a new declaration is built
+        after the run (`end_reembed`), over every vector at once."""
+        if await self.vector_index_spec() == spec:
+            return False
+        await self._run(search.declare_vector_index, spec, True)
+        if self.server_vectors:
+            await self._native_graph(replace=True, build=False)
+        return True
+
+    async def _native_graph(self, *, replace: bool, build: bool) -> None:
+        """Under the migration lock: with ``replace``, drop the graph; with ``build``,
+        build the graph of the recorded declaration where it is not built."""
+        async with self._connection() as connection, migration_lock(connection, self.target):
+            await native_vectors.ensure(
+                connection, replace=replace, build=build, graph_m=self.graph_m, where=self._where
+            )
 
     async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
@@ -248,9 +295,18 @@ class MySQLBackend(SQLBackend):
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
+        if self.server_vectors:
+            ids = [message_id for message_id, _ in vectors]
+            await self._write(
+                native_vectors.set_embeddings, ids, search.set_embeddings, model, vectors
+            )
+            return
         await self._write(search.set_embeddings, model, vectors)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        if self.server_vectors:
+            graph = functools.partial(native_vectors.search, ef_search=self.ef_search)
+            return await self._snapshot(search.vector_search, query, graph)
         return await self._snapshot(search.vector_search, query)
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:

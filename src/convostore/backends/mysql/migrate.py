@@ -3,6 +3,8 @@ a named lock; and the metadata keys indexed (added and backfilled, or removed)."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from asyncmy import errors
@@ -46,6 +48,7 @@ from convostore.errors import BackendUnavailableError
 
 __all__ = [
     "add_indexed_keys",
+    "migration_lock",
     "prepare_database",
     "read_pending_migrations",
     "remove_indexed_key",
@@ -67,20 +70,28 @@ async def prepare_database(target: MySQLTarget) -> ServerFacts:
     try:
         row = await fetch_one(connection, SERVER_VERSION)
         facts = server_facts(str(row[0]), int(row[1]))
-        name = migration_lock_name(target.database)
-        (taken,) = await fetch_one(connection, TAKE_MIGRATION_LOCK, (name, MIGRATION_LOCK_WAIT_S))
-        if taken != 1:
-            raise BackendUnavailableError(
-                f"{target.where}: another store held the migration lock for "
-                f"{MIGRATION_LOCK_WAIT_S} s"
-            )
-        try:
+        async with migration_lock(connection, target):
             await _migrate(connection, target, facts)
-        finally:
-            await fetch_one(connection, RELEASE_MIGRATION_LOCK, (name,))
         return facts
     finally:
         connection.close()
+
+
+@contextlib.asynccontextmanager
+async def migration_lock(connection: Connection, target: MySQLTarget) -> AsyncIterator[None]:
+    """The database's migration lock, held by ``connection`` (schema changes run under
+    it, one store at a time)."""
+    name = migration_lock_name(target.database)
+    (taken,) = await fetch_one(connection, TAKE_MIGRATION_LOCK, (name, MIGRATION_LOCK_WAIT_S))
+    if taken != 1:
+        raise BackendUnavailableError(
+            f"{target.where}: another store held the migration lock for {MIGRATION_LOCK_WAIT_S} s"
+        )
+    try:
+        yield
+    finally:
+        if connection.connected:
+            await fetch_one(connection, RELEASE_MIGRATION_LOCK, (name,))
 
 
 async def read_pending_migrations(target: MySQLTarget) -> list[str]:

@@ -157,6 +157,17 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )"""
         + _TABLE,
     ),
+    (
+        # Which declaration MariaDB's own vector index was built for, once its backfill
+        # is complete (see `native_vectors`; servers without one leave it empty).
+        """CREATE TABLE IF NOT EXISTS native_vector_state (
+            id TINYINT NOT NULL PRIMARY KEY,
+            dimensions INT NOT NULL,
+            metric VARCHAR(16) NOT NULL,
+            model VARCHAR(255) NOT NULL
+        )"""
+        + _TABLE,
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

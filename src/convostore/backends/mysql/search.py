@@ -12,7 +12,7 @@ backend shares; only the k best rows are then read whole.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from convostore._vectors import best, from_blobs, scores
@@ -35,6 +35,9 @@ __all__ = [
     "vector_index_spec",
     "vector_search",
 ]
+
+# A native index's search: the k best (row id, score), or None to scan instead.
+NativeSearch = Callable[[Connection, VectorQuery], Awaitable[list[tuple[int, float]] | None]]
 
 SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
 INSERT_VECTOR_INDEX: Final = (
@@ -160,7 +163,12 @@ async def set_embeddings(
         )
 
 
-async def vector_search(connection: Connection, query: VectorQuery) -> list[SearchHit]:
+async def vector_search(
+    connection: Connection, query: VectorQuery, native: NativeSearch | None = None
+) -> list[SearchHit]:
+    """The exact scan, or ``native``'s answer where it gives one (see `native_vectors`)."""
+    if native is not None and (found := await native(connection, query)) is not None:
+        return await _hits(connection, found)
     scope = query.scope
     base = _VECTOR_CANDIDATES + ("" if query.model is None else _BY_MODEL)
     statement = _scoped(base, scope) + " ORDER BY e.row_id"
