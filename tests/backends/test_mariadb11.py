@@ -32,8 +32,8 @@ from convostore.backends.interface import VectorQuery
 from convostore.backends.mysql import MySQLBackend, native_vectors
 from convostore.backends.mysql.connection import Connection
 from convostore.backends.mysql.operations import fetch_all, fetch_one
+from tests.backends.support import served
 from tests.servers.mariadb import (
-    ServerUnavailable,
     TestServer,
     shared_server,
     shared_server_11,
@@ -59,32 +59,14 @@ WORDS = [f"w{n}" for n in range(40)] + [
 ]
 
 
-def unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"MariaDB unavailable: {reason} (CI=true requires it)")
-    pytest.skip(f"MariaDB unavailable: {reason}")
-
-
 @pytest.fixture(scope="session")
 def server_11() -> Iterator[TestServer]:
-    try:
-        started = shared_server_11()
-    except ServerUnavailable as why:
-        unavailable(str(why))
-        raise AssertionError("unreachable") from why
-    yield started
-    stop_shared_server_11()
+    yield from served("mariadb11", shared_server_11, stop_shared_server_11)
 
 
 @pytest.fixture(scope="session")
 def server_10() -> Iterator[TestServer]:
-    try:
-        started = shared_server()
-    except ServerUnavailable as why:
-        unavailable(str(why))
-        raise AssertionError("unreachable") from why
-    yield started
-    stop_shared_server()
+    yield from served("mariadb", shared_server, stop_shared_server)
 
 
 _databases = itertools.count(1)

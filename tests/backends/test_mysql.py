@@ -46,6 +46,7 @@ import asyncmy
 from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, MySQLTarget, parse_mysql_url
 from convostore.backends.mysql.connection import RollbackAndReturn, in_transaction
 from convostore.backends.mysql.operations import fetch_all, fetch_one
+from tests.backends.support import served, server_unavailable
 from tests.servers.mariadb import (
     MariaDBServer,
     ServerUnavailable,
@@ -58,21 +59,9 @@ ADA = User("ada", "Ada")
 WRITERS = 8
 
 
-def unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"MariaDB unavailable: {reason} (CI=true requires it)")
-    pytest.skip(f"MariaDB unavailable: {reason}")
-
-
 @pytest.fixture(scope="session")
 def server() -> Iterator[TestServer]:
-    try:
-        started = shared_server()
-    except ServerUnavailable as why:
-        unavailable(str(why))
-        raise AssertionError("unreachable") from why
-    yield started
-    stop_shared_server()
+    yield from served("mariadb", shared_server, stop_shared_server)
 
 
 _databases = itertools.count(1)
@@ -578,8 +567,7 @@ async def test_appends_that_returned_survive_a_server_crash() -> None:
         own = MariaDBServer(durable=True)
         own.start()
     except ServerUnavailable as why:
-        unavailable(str(why))
-        return
+        server_unavailable("mariadb", str(why))
     try:
         url = own.url("restart") + "?pool_max_size=4&pool_timeout=20&connect_timeout=5"
         store = await convostore.connect(url)
