@@ -23,24 +23,21 @@ from convostore.backends.interface import (
 from convostore.backends.mysql import native_vectors, search
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
+    DRIVER,
     Connection,
     in_snapshot,
-    in_transaction,
     is_connection_lost,
     open_pool,
     translate_error,
 )
 from convostore.backends.mysql.migrate import (
-    add_indexed_keys,
     migration_lock,
     prepare_database,
     read_pending_migrations,
-    remove_indexed_key,
 )
 from convostore.backends.mysql.operations import (
     check_size,
     execute,
-    fetch_all,
     read_events,
     update_returning,
     write_append,
@@ -51,7 +48,8 @@ from convostore.backends.mysql.operations import (
 )
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
-from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.aio import AsyncSQLBackend
+from convostore.backends.sql.backend import Parameters
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.rows import user_values
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
@@ -69,7 +67,7 @@ T = TypeVar("T")
 _DRIVER_ERRORS = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
 
 
-class MySQLBackend(SQLBackend):
+class MySQLBackend(AsyncSQLBackend[Connection]):
     """One MySQL 8 or MariaDB (10.6 or newer) database.
 
     Each primitive takes one connection from asyncmy's pool and runs as one statement
@@ -78,9 +76,12 @@ class MySQLBackend(SQLBackend):
     """
 
     statements = sql.STATEMENTS
+    driver = DRIVER
+    key_statements = sql.KEY_STATEMENTS
 
     def __init__(self, target: MySQLTarget) -> None:
         self.target = target
+        self.retries = target.deadlock_retries
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
         # Text search runs on a FULLTEXT index; vectors are scanned (see `search`).
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
@@ -178,27 +179,14 @@ class MySQLBackend(SQLBackend):
         finally:
             pool.release(connection)
 
-    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``fn(connection, *args)`` on a connection of the pool."""
-        async with self._connection() as connection:
-            return await fn(connection, *args)
-
-    async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``fn(connection, *args)`` in one transaction, retried on a deadlock."""
-        async with self._connection() as connection:
-            return await in_transaction(connection, self.target.deadlock_retries, fn, *args)
-
     async def _snapshot(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one consistent read snapshot."""
         async with self._connection() as connection:
             return await in_snapshot(connection, fn, *args)
 
-    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
-        return await self._run(fetch_all, statement, parameters)
-
     async def _changed(self, statement: str, parameters: Parameters) -> int:
         check_size(parameters.values(), self.facts.max_packet, "the write")
-        return await self._run(execute, statement, parameters)
+        return await super()._changed(statement, parameters)
 
     async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
         check_size(parameters.values(), self.facts.max_packet, "the write")
@@ -232,12 +220,6 @@ class MySQLBackend(SQLBackend):
                 native_vectors.delete_expired, to_micros(before), write_delete_expired
             )
         return await self._write(write_delete_expired, to_micros(before))
-
-    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
-        return await self._run(add_indexed_keys, keys)
-
-    async def remove_indexed_key(self, key: str) -> bool:
-        return await self._write(remove_indexed_key, key)
 
     # ---------------------------------------------------------------- the log
 

@@ -17,15 +17,11 @@ from asyncmy import errors
 
 from convostore._time import to_micros
 from convostore.backends.mysql import statements as sql
-from convostore.backends.mysql.connection import (
-    ER_DUP_ENTRY,
-    Connection,
-    RollbackAndReturn,
-    error_code,
-)
+from convostore.backends.mysql.connection import DRIVER, ER_DUP_ENTRY, Connection, error_code
 from convostore.backends.mysql.rows import event_from_row, event_row, new_session_row
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
 from convostore.backends.sql import decisions
+from convostore.backends.sql.aio import RollbackAndReturn
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.values import json_list
@@ -62,22 +58,10 @@ __all__ = [
 ]
 
 
-async def fetch_one(connection: Connection, statement: str, parameters: Any = None) -> Any:
-    async with connection.cursor() as cursor:
-        await cursor.execute(statement, parameters)
-        return await cursor.fetchone()
-
-
-async def fetch_all(connection: Connection, statement: str, parameters: Any = None) -> list[Any]:
-    async with connection.cursor() as cursor:
-        await cursor.execute(statement, parameters)
-        return list(await cursor.fetchall())
-
-
-async def execute(connection: Connection, statement: str, parameters: Any = None) -> int:
-    """Run the statement; how many rows it changed itself (not its cascades)."""
-    async with connection.cursor() as cursor:
-        return await cursor.execute(statement, parameters)
+fetch_one = DRIVER.fetch_one
+fetch_all = DRIVER.fetch_all
+execute = DRIVER.execute
+_execute_many = DRIVER.execute_many
 
 
 async def update_returning(
@@ -110,11 +94,6 @@ def check_size(parameters: Iterable[Any], limit: int, what: str) -> None:
             f"{what} is too large for this server: about {size} bytes, and its "
             f"max_allowed_packet is {limit}"
         )
-
-
-async def _execute_many(connection: Connection, statement: str, rows: list[Any]) -> None:
-    async with connection.cursor() as cursor:
-        await cursor.executemany(statement, rows)
 
 
 # ---------------------------------------------------------------------------- writes

@@ -1,0 +1,246 @@
+"""What the SQL backends on an asyncio driver share (PostgreSQL on psycopg, MySQL on
+asyncmy): a `Driver`, the few calls that differ between drivers and which of their
+errors a transaction may be run again for; `AsyncSQLBackend`, the I/O hooks of
+`SQLBackend` and the transaction runner over a pool's connections; and the migration
+runner. Nothing here knows a driver.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Final, Generic, TypeVar
+
+from convostore._time import to_micros, utc_now
+from convostore.backends.migrations import pending, refuse_newer
+from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.decisions import backfill
+
+__all__ = [
+    "AsyncSQLBackend",
+    "Driver",
+    "KeyStatements",
+    "RollbackAndReturn",
+    "VersionTable",
+    "in_transaction",
+    "migrate",
+    "pending_migrations",
+    "recorded_version",
+]
+
+log = logging.getLogger("convostore.sql")
+
+C = TypeVar("C")
+T = TypeVar("T")
+# The first retry waits about this long, each later one twice as long as the last.
+_RETRY_BASE_S: Final = 0.005
+
+
+class RollbackAndReturn(Exception):
+    """Raised inside `in_transaction` to roll back and return ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
+
+
+class Driver(abc.ABC, Generic[C]):
+    """How one asyncio driver runs statements on its connection type ``C``."""
+
+    @abc.abstractmethod
+    async def fetch_one(self, connection: C, statement: str, parameters: Any = None) -> Any:
+        """The first row of the statement's answer, or None."""
+
+    @abc.abstractmethod
+    async def fetch_all(self, connection: C, statement: str, parameters: Any = None) -> list[Any]:
+        """Every row of the statement's answer."""
+
+    @abc.abstractmethod
+    async def execute(self, connection: C, statement: str, parameters: Any = None) -> int:
+        """Run the statement; how many rows it changed itself (not its cascades)."""
+
+    @abc.abstractmethod
+    async def execute_many(self, connection: C, statement: str, rows: Sequence[Any]) -> None:
+        """Run the statement once per row of parameters."""
+
+    @abc.abstractmethod
+    def transaction(self, connection: C) -> AbstractAsyncContextManager[Any]:
+        """One transaction: committed when the block ends, rolled back when it raises."""
+
+    def retryable(self, error: BaseException) -> bool:
+        """Whether a transaction that raised ``error`` may succeed when run again (the
+        database ended it as a deadlock victim, a serialization failure, a lock wait
+        timeout)."""
+        return False
+
+
+async def in_transaction(
+    driver: Driver[C], connection: C, retries: int, fn: Callable[..., Awaitable[T]], *args: Any
+) -> T:
+    """``fn(connection, *args)`` in one transaction, committed when it returns and
+    rolled back when it raises; run again, up to ``retries`` more times, when the
+    driver calls its error retryable (`Driver.retryable`)."""
+    for attempt in range(retries + 1):
+        try:
+            async with driver.transaction(connection):
+                return await fn(connection, *args)
+        except RollbackAndReturn as signal:
+            value: T = signal.value
+            return value
+        except Exception as error:
+            if attempt == retries or not driver.retryable(error):
+                raise
+            log.debug("retrying a transaction after %r (attempt %d)", error, attempt + 1)
+        await asyncio.sleep(_RETRY_BASE_S * 2**attempt * (0.5 + random.random()))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass(frozen=True, slots=True)
+class KeyStatements:
+    """What adding an indexed key runs beyond the shared statements: recording a key
+    (``name``; a key recorded meanwhile changes nothing), the sessions whose metadata
+    has the key (``name``, or ``path``: ``$."name"``; rows of id and metadata), and
+    inserting one entry (rows made by ``entry`` from name, value and session id)."""
+
+    insert_key: str
+    sessions_with_key: str
+    insert_entry: str
+    entry: Callable[[str, str, str], tuple[Any, ...]]
+
+
+class AsyncSQLBackend(SQLBackend, Generic[C]):
+    """A `SQLBackend` whose primitives each run on one connection of a pool: a subclass
+    sets ``driver`` and ``retries`` and gives `_connection`, where the driver's errors
+    become convostore's."""
+
+    driver: Driver[C]
+    key_statements: KeyStatements
+    # How many times a transaction the driver calls retryable is run again.
+    retries: int = 0
+
+    @abc.abstractmethod
+    def _connection(self) -> AbstractAsyncContextManager[C]:
+        """A connection of the pool, for one primitive; the driver's errors raised in
+        the block become convostore's."""
+
+    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``fn(connection, *args)`` on a connection of the pool."""
+        async with self._connection() as connection:
+            return await fn(connection, *args)
+
+    async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``fn(connection, *args)`` in one transaction (`in_transaction`)."""
+        async with self._connection() as connection:
+            return await in_transaction(self.driver, connection, self.retries, fn, *args)
+
+    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
+        return await self._run(self.driver.fetch_all, statement, parameters)
+
+    async def _changed(self, statement: str, parameters: Parameters) -> int:
+        return await self._run(self.driver.execute, statement, parameters)
+
+    # ---------------------------------------------------------------- the metadata index
+
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await self._write(self._add_indexed_keys, keys)
+
+    async def _add_indexed_keys(self, connection: C, keys: frozenset[str]) -> frozenset[str]:
+        """Record and backfill each key the database does not index yet, in one
+        transaction: the row lock on a new key makes a store adding it at the same
+        moment wait, then skip it."""
+        driver, statements = self.driver, self.key_statements
+        rows = await driver.fetch_all(connection, self.statements.select_indexed_keys)
+        indexed = {str(row[0]) for row in rows}
+        for name in sorted(keys - indexed):
+            if not await driver.execute(connection, statements.insert_key, {"name": name}):
+                continue
+            # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
+            parameters = {"name": name, "path": '$."' + name + '"'}
+            found = await driver.fetch_all(connection, statements.sessions_with_key, parameters)
+            entries = [statements.entry(name, value, id_) for value, id_ in backfill(name, found)]
+            if entries:
+                await driver.execute_many(connection, statements.insert_entry, entries)
+        return frozenset(indexed | keys)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await self._write(self._remove_indexed_key, key)
+
+    async def _remove_indexed_key(self, connection: C, key: str) -> bool:
+        parameters = {"name": key}
+        if not await self.driver.execute(
+            connection, self.statements.delete_indexed_key, parameters
+        ):
+            return False
+        await self.driver.execute(connection, self.statements.delete_key_entries, parameters)
+        return True
+
+
+# ---------------------------------------------------------------------------- migrations
+
+
+@dataclass(frozen=True, slots=True)
+class VersionTable:
+    """Where a schema records the versions applied to it, one row each: statements that
+    tell whether the table exists (one row, true if so; ``parameters``), read the highest
+    version recorded, create the table if absent, and record a version (parameters
+    ``version`` and ``applied_at``, microseconds since the epoch)."""
+
+    exists: str
+    recorded: str
+    create: str
+    record: str
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+
+async def recorded_version(driver: Driver[C], connection: C, table: VersionTable) -> int:
+    """The schema version recorded in the database, 0 where none is."""
+    (exists,) = await driver.fetch_one(connection, table.exists, table.parameters)
+    if not exists:
+        return 0
+    (version,) = await driver.fetch_one(connection, table.recorded)
+    return int(version)
+
+
+async def migrate(
+    driver: Driver[C],
+    connection: C,
+    table: VersionTable,
+    migrations: Sequence[Sequence[str]],
+    where: str,
+    *,
+    first: Sequence[str] = (),
+) -> None:
+    """Bring the schema to version ``len(migrations)``: ``migrations[i]`` takes it from
+    version i to i + 1, each version recorded as it is applied; a schema of a newer
+    version is refused (`SchemaVersionError`) and nothing is written. ``first`` runs
+    before the first migration applied. The caller holds the schema's lock."""
+    version = await recorded_version(driver, connection, table)
+    refuse_newer(version, len(migrations), where)
+    if version == len(migrations):
+        return
+    await driver.execute(connection, table.create)
+    for statement in first:
+        await driver.execute(connection, statement)
+    for number in range(version + 1, len(migrations) + 1):
+        for statement in migrations[number - 1]:
+            await driver.execute(connection, statement)
+        applied = {"version": number, "applied_at": to_micros(utc_now())}
+        await driver.execute(connection, table.record, applied)
+
+
+async def pending_migrations(
+    driver: Driver[C],
+    connection: C,
+    table: VersionTable,
+    migrations: Sequence[Sequence[str]],
+    where: str,
+) -> list[str]:
+    """The migrations `migrate` would apply, described (read without writing)."""
+    version = await recorded_version(driver, connection, table)
+    refuse_newer(version, len(migrations), where)
+    return pending(version, migrations)
