@@ -128,10 +128,10 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
         """A connection of the pool, for one primitive; the driver's errors raised in
         the block become convostore's."""
 
-    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``fn(connection, *args)`` on a connection of the pool."""
+    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``fn(connection, *args, **kwargs)`` on a connection of the pool."""
         async with self._connection() as connection:
-            return await fn(connection, *args)
+            return await fn(connection, *args, **kwargs)
 
     async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one transaction (`in_transaction`)."""
