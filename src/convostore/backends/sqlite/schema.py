@@ -14,13 +14,12 @@ import urllib.parse
 from typing import Final
 
 from convostore._time import to_micros, utc_now
-from convostore.backends.migrations import pending
+from convostore.backends.migrations import pending, refuse_newer
 from convostore.backends.sql.decisions import backfill
 from convostore.backends.sql.statements import SESSION_INDEXES
 from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
 from convostore.backends.sqlite.statements import STATEMENTS
 from convostore.backends.sqlite.url import SQLiteTarget
-from convostore.errors import SchemaVersionError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database", "read_pending_migrations"]
 
@@ -382,11 +381,7 @@ def _recorded_version(connection: sqlite3.Connection) -> int:
 
 
 def _refuse_newer(version: int, target: SQLiteTarget) -> None:
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"the SQLite database {target.path!r} has schema version {version}, newer than "
-            f"version {SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
-        )
+    refuse_newer(version, SCHEMA_VERSION, f"the SQLite database {target.path!r}")
 
 
 def _migrate(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
