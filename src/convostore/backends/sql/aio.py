@@ -18,8 +18,9 @@ from typing import Any, Final, Generic, TypeVar
 
 from convostore._time import to_micros, utc_now
 from convostore.backends.migrations import pending, refuse_newer
+from convostore.backends.sql import writes
 from convostore.backends.sql.backend import Parameters, SQLBackend
-from convostore.backends.sql.decisions import backfill
+from convostore.backends.sql.writes import KeyStatements, Query, RollbackAndReturn, Steps
 
 __all__ = [
     "AsyncSQLBackend",
@@ -27,6 +28,7 @@ __all__ = [
     "KeyStatements",
     "RollbackAndReturn",
     "VersionTable",
+    "drive",
     "in_transaction",
     "migrate",
     "pending_migrations",
@@ -39,14 +41,6 @@ C = TypeVar("C")
 T = TypeVar("T")
 # The first retry waits about this long, each later one twice as long as the last.
 _RETRY_BASE_S: Final = 0.005
-
-
-class RollbackAndReturn(Exception):
-    """Raised inside `in_transaction` to roll back and return ``value``."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__()
-        self.value = value
 
 
 class Driver(abc.ABC, Generic[C]):
@@ -72,11 +66,42 @@ class Driver(abc.ABC, Generic[C]):
     def transaction(self, connection: C) -> AbstractAsyncContextManager[Any]:
         """One transaction: committed when the block ends, rolled back when it raises."""
 
+    def duplicate(self, error: Exception) -> bool:
+        """Whether ``error`` is a unique key refusing a row, which leaves the transaction
+        going on (where a refusal aborts the transaction, False: the error is raised)."""
+        return False
+
     def retryable(self, error: BaseException) -> bool:
         """Whether a transaction that raised ``error`` may succeed when run again (the
         database ended it as a deadlock victim, a serialization failure, a lock wait
         timeout)."""
         return False
+
+
+async def drive(driver: Driver[C], connection: C, steps: Steps[T]) -> T:
+    """Run ``steps`` (`convostore.backends.sql.writes`) on ``connection``."""
+    answer: Any = None
+    while True:
+        try:
+            query: Query = steps.send(answer)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        statement, parameters = query.statement, query.parameters
+        if query.answer == "one":
+            answer = await driver.fetch_one(connection, statement, parameters)
+        elif query.answer == "all":
+            answer = await driver.fetch_all(connection, statement, parameters)
+        elif query.answer == "many":
+            await driver.execute_many(connection, statement, parameters)
+            answer = None
+        else:
+            try:
+                answer = await driver.execute(connection, statement, parameters)
+            except Exception as error:
+                if query.answer != "insert" or not driver.duplicate(error):
+                    raise
+                answer = False
 
 
 async def in_transaction(
@@ -98,19 +123,6 @@ async def in_transaction(
             log.debug("retrying a transaction after %r (attempt %d)", error, attempt + 1)
         await asyncio.sleep(_RETRY_BASE_S * 2**attempt * (0.5 + random.random()))
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-@dataclass(frozen=True, slots=True)
-class KeyStatements:
-    """What adding an indexed key runs beyond the shared statements: recording a key
-    (``name``; a key recorded meanwhile changes nothing), the sessions whose metadata
-    has the key (``name``, or ``path``: ``$."name"``; rows of id and metadata), and
-    inserting one entry (rows made by ``entry`` from name, value and session id)."""
-
-    insert_key: str
-    sessions_with_key: str
-    insert_entry: str
-    entry: Callable[[str, str, str], tuple[Any, ...]]
 
 
 class AsyncSQLBackend(SQLBackend, Generic[C]):
@@ -138,6 +150,15 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
         async with self._connection() as connection:
             return await in_transaction(self.driver, connection, self.retries, fn, *args)
 
+    async def _write_steps(self, write: Callable[..., Steps[T]], *args: Any) -> T:
+        """The write ``write(*args)`` (`convostore.backends.sql.writes`) in one
+        transaction, made again for each retry."""
+
+        async def run(connection: C) -> T:
+            return await drive(self.driver, connection, write(*args))
+
+        return await self._write(run)
+
     async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
         return await self._run(self.driver.fetch_all, statement, parameters)
 
@@ -147,37 +168,12 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
     # ---------------------------------------------------------------- the metadata index
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
-        return await self._write(self._add_indexed_keys, keys)
-
-    async def _add_indexed_keys(self, connection: C, keys: frozenset[str]) -> frozenset[str]:
-        """Record and backfill each key the database does not index yet, in one
-        transaction: the row lock on a new key makes a store adding it at the same
-        moment wait, then skip it."""
-        driver, statements = self.driver, self.key_statements
-        rows = await driver.fetch_all(connection, self.statements.select_indexed_keys)
-        indexed = {str(row[0]) for row in rows}
-        for name in sorted(keys - indexed):
-            if not await driver.execute(connection, statements.insert_key, {"name": name}):
-                continue
-            # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
-            parameters = {"name": name, "path": '$."' + name + '"'}
-            found = await driver.fetch_all(connection, statements.sessions_with_key, parameters)
-            entries = [statements.entry(name, value, id_) for value, id_ in backfill(name, found)]
-            if entries:
-                await driver.execute_many(connection, statements.insert_entry, entries)
-        return frozenset(indexed | keys)
+        return await self._write_steps(
+            writes.add_indexed_keys, self.statements, self.key_statements, keys
+        )
 
     async def remove_indexed_key(self, key: str) -> bool:
-        return await self._write(self._remove_indexed_key, key)
-
-    async def _remove_indexed_key(self, connection: C, key: str) -> bool:
-        parameters = {"name": key}
-        if not await self.driver.execute(
-            connection, self.statements.delete_indexed_key, parameters
-        ):
-            return False
-        await self.driver.execute(connection, self.statements.delete_key_entries, parameters)
-        return True
+        return await self._write_steps(writes.remove_indexed_key, self.statements, key)
 
 
 # ---------------------------------------------------------------------------- migrations

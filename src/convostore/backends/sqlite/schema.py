@@ -15,10 +15,11 @@ from typing import Final
 
 from convostore._time import to_micros, utc_now
 from convostore.backends.migrations import pending, refuse_newer
-from convostore.backends.sql.decisions import backfill
+from convostore.backends.sql import writes
 from convostore.backends.sql.statements import SESSION_INDEXES
+from convostore.backends.sql.writes import drive
 from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
-from convostore.backends.sqlite.statements import STATEMENTS
+from convostore.backends.sqlite.statements import STATEMENTS, WRITES
 from convostore.backends.sqlite.url import SQLiteTarget
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database", "read_pending_migrations"]
@@ -326,13 +327,6 @@ JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
 # several processes connecting at once it is retried for this long.
 WAL_SWITCH_PATIENCE_S: Final = 10.0
 
-SESSIONS_WITH_KEY: Final = (
-    "SELECT id, metadata FROM sessions WHERE json_type(metadata, ?) IS NOT NULL"
-)
-INSERT_KEY_ENTRY: Final = (
-    "INSERT INTO session_metadata (name, value, session_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
-)
-
 
 def prepare_database(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
     """Migrate the schema to `SCHEMA_VERSION`.
@@ -395,21 +389,10 @@ def _migrate(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
 
 
 def write_indexed_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> frozenset[str]:
-    """Record and backfill each key of ``keys`` not yet indexed (in the caller's write
-    transaction); return every indexed key."""
-    indexed = {row[0] for row in connection.execute(STATEMENTS.select_indexed_keys)}
-    for name in sorted(keys - indexed):
-        connection.execute(STATEMENTS.insert_indexed_key, {"name": name})
-        # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
-        rows = connection.execute(SESSIONS_WITH_KEY, ('$."' + name + '"',)).fetchall()
-        connection.executemany(
-            INSERT_KEY_ENTRY,
-            [(name, value, session_id) for value, session_id in backfill(name, rows)],
-        )
-    return frozenset(indexed | keys)
+    """`writes.add_indexed_keys` in the caller's write transaction."""
+    return drive(connection, writes.add_indexed_keys(STATEMENTS, WRITES.keys, keys))
 
 
 def write_unindexed_key(connection: sqlite3.Connection, key: str) -> bool:
-    """Forget ``key`` and its entries (in the caller's write transaction)."""
-    connection.execute(STATEMENTS.delete_key_entries, {"name": key})
-    return connection.execute(STATEMENTS.delete_indexed_key, {"name": key}).rowcount > 0
+    """`writes.remove_indexed_key` in the caller's write transaction."""
+    return drive(connection, writes.remove_indexed_key(STATEMENTS, key))
