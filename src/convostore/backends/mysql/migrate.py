@@ -29,7 +29,8 @@ from convostore.backends.mysql.schema import (
     server_facts,
 )
 from convostore.backends.mysql.url import MySQLTarget
-from convostore.backends.sql import aio
+from convostore.backends.sql.aio import drive
+from convostore.backends.sql.migrate import migrate, pending_migrations
 from convostore.errors import BackendUnavailableError
 
 __all__ = ["migration_lock", "prepare_database", "read_pending_migrations"]
@@ -52,14 +53,8 @@ async def prepare_database(target: MySQLTarget) -> ServerFacts:
         migrations = [[s.format(collation=facts.collation) for s in step] for step in MIGRATIONS]
         async with migration_lock(connection, target):
             # FULLTEXT indexes made by this connection index every word: none is a stopword.
-            await aio.migrate(
-                DRIVER,
-                connection,
-                VERSION_TABLE,
-                migrations,
-                target.where,
-                first=(STOPWORDS_OFF,),
-            )
+            steps = migrate(VERSION_TABLE, migrations, target.where, (STOPWORDS_OFF,))
+            await drive(DRIVER, connection, steps)
         return facts
     finally:
         connection.close()
@@ -94,9 +89,8 @@ async def read_pending_migrations(target: MySQLTarget) -> list[str]:
             raise
         return pending(0, MIGRATIONS)
     try:
-        return await aio.pending_migrations(
-            DRIVER, connection, VERSION_TABLE, MIGRATIONS, target.where
-        )
+        steps = pending_migrations(VERSION_TABLE, MIGRATIONS, target.where)
+        return await drive(DRIVER, connection, steps)
     finally:
         connection.close()
 

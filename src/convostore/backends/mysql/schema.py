@@ -25,7 +25,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Final
 
-from convostore.backends.sql.aio import VersionTable
+from convostore.backends.sql.migrate import VersionTable
 
 __all__ = [
     "MIGRATIONS",
@@ -171,7 +171,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The schema version this code writes and reads."""
 
-# The versions applied (see `convostore.backends.sql.aio.migrate`).
+# The versions applied (see `convostore.backends.sql.migrate`).
 VERSION_TABLE: Final = VersionTable(
     exists=(
         "SELECT count(*) FROM information_schema.tables"

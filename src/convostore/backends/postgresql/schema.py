@@ -24,8 +24,10 @@ from psycopg.errors import Error as DatabaseError
 
 from convostore.backends.postgresql.connection import DRIVER
 from convostore.backends.postgresql.statements import VALUE_DIGEST
-from convostore.backends.sql import aio
+from convostore.backends.sql.aio import drive
+from convostore.backends.sql.migrate import VersionTable, migrate, pending_migrations
 from convostore.backends.sql.statements import SESSION_INDEXES
+from convostore.backends.sql.writes import KeyStatements
 from convostore.errors import SchemaVersionError
 
 __all__ = [
@@ -177,7 +179,7 @@ CREATE_VECTOR_EXTENSION: Final = "CREATE EXTENSION IF NOT EXISTS vector"
 SET_LOCAL_SEARCH_PATH: Final = "SELECT set_config('search_path', %s, true)"
 
 # Adding an indexed key; a key another store added meanwhile is left as it is.
-KEY_STATEMENTS: Final = aio.KeyStatements(
+KEY_STATEMENTS: Final = KeyStatements(
     insert_key=(
         "INSERT INTO indexed_metadata_keys (name) VALUES (%(name)s) ON CONFLICT DO NOTHING"
     ),
@@ -244,7 +246,7 @@ async def prepare_database(
         await connection.execute(SET_LOCAL_SEARCH_PATH, (search_path(schema, vector_schema),))
         # DDL only where something is missing: a role that may only read and write the
         # tables (not create in the schema) connects to an up-to-date schema.
-        await aio.migrate(DRIVER, connection, version_table(schema), MIGRATIONS, where)
+        await drive(DRIVER, connection, migrate(version_table(schema), MIGRATIONS, where))
     text_collation = next((c for c in TEXT_COLLATIONS if c in (collations or ())), None)
     return ServerFacts(vector_schema, _version_tuple(vector_version), text_collation)
 
@@ -254,15 +256,14 @@ async def read_pending_migrations(
 ) -> list[str]:
     """The migrations `prepare_database` would apply to ``schema``, read without
     writing or locking: a missing schema has them all pending."""
-    return await aio.pending_migrations(
-        DRIVER, connection, version_table(schema), MIGRATIONS, where
-    )
+    steps = pending_migrations(version_table(schema), MIGRATIONS, where)
+    return await drive(DRIVER, connection, steps)
 
 
-def version_table(schema: str) -> aio.VersionTable:
+def version_table(schema: str) -> VersionTable:
     """The table of the versions applied to ``schema``, named with its schema."""
     table = sql.Identifier(schema, "convostore_schema").as_string(None)
-    return aio.VersionTable(
+    return VersionTable(
         exists="SELECT to_regclass(%(table)s) IS NOT NULL",
         recorded=f"SELECT coalesce(max(version), 0) FROM {table}",
         create=f"""CREATE TABLE IF NOT EXISTS {table} (

@@ -1,8 +1,9 @@
 """What the SQL backends on an asyncio driver share (PostgreSQL on psycopg, MySQL on
 asyncmy): a `Driver`, the few calls that differ between drivers and which of their
 errors a transaction may be run again for; `AsyncSQLBackend`, the I/O hooks of
-`SQLBackend` and the transaction runner over a pool's connections; and the migration
-runner. Nothing here knows a driver.
+`SQLBackend` and the transaction runner over a pool's connections; and `drive`, which
+runs an operation written without I/O (`convostore.backends.sql.steps`) on a driver.
+Nothing here knows a driver.
 """
 
 from __future__ import annotations
@@ -11,29 +12,16 @@ import abc
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from convostore._time import to_micros, utc_now
-from convostore.backends.migrations import pending, refuse_newer
 from convostore.backends.sql import writes
 from convostore.backends.sql.backend import Parameters, SQLBackend
-from convostore.backends.sql.writes import KeyStatements, Query, RollbackAndReturn, Steps
+from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
+from convostore.backends.sql.writes import KeyStatements
 
-__all__ = [
-    "AsyncSQLBackend",
-    "Driver",
-    "KeyStatements",
-    "RollbackAndReturn",
-    "VersionTable",
-    "drive",
-    "in_transaction",
-    "migrate",
-    "pending_migrations",
-    "recorded_version",
-]
+__all__ = ["AsyncSQLBackend", "Driver", "RollbackAndReturn", "drive", "in_transaction"]
 
 log = logging.getLogger("convostore.sql")
 
@@ -174,69 +162,3 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
 
     async def remove_indexed_key(self, key: str) -> bool:
         return await self._write_steps(writes.remove_indexed_key, self.statements, key)
-
-
-# ---------------------------------------------------------------------------- migrations
-
-
-@dataclass(frozen=True, slots=True)
-class VersionTable:
-    """Where a schema records the versions applied to it, one row each: statements that
-    tell whether the table exists (one row, true if so; ``parameters``), read the highest
-    version recorded, create the table if absent, and record a version (parameters
-    ``version`` and ``applied_at``, microseconds since the epoch)."""
-
-    exists: str
-    recorded: str
-    create: str
-    record: str
-    parameters: Mapping[str, Any] = field(default_factory=dict)
-
-
-async def recorded_version(driver: Driver[C], connection: C, table: VersionTable) -> int:
-    """The schema version recorded in the database, 0 where none is."""
-    (exists,) = await driver.fetch_one(connection, table.exists, table.parameters)
-    if not exists:
-        return 0
-    (version,) = await driver.fetch_one(connection, table.recorded)
-    return int(version)
-
-
-async def migrate(
-    driver: Driver[C],
-    connection: C,
-    table: VersionTable,
-    migrations: Sequence[Sequence[str]],
-    where: str,
-    *,
-    first: Sequence[str] = (),
-) -> None:
-    """Bring the schema to version ``len(migrations)``: ``migrations[i]`` takes it from
-    version i to i + 1, each version recorded as it is applied; a schema of a newer
-    version is refused (`SchemaVersionError`) and nothing is written. ``first`` runs
-    before the first migration applied. The caller holds the schema's lock."""
-    version = await recorded_version(driver, connection, table)
-    refuse_newer(version, len(migrations), where)
-    if version == len(migrations):
-        return
-    await driver.execute(connection, table.create)
-    for statement in first:
-        await driver.execute(connection, statement)
-    for number in range(version + 1, len(migrations) + 1):
-        for statement in migrations[number - 1]:
-            await driver.execute(connection, statement)
-        applied = {"version": number, "applied_at": to_micros(utc_now())}
-        await driver.execute(connection, table.record, applied)
-
-
-async def pending_migrations(
-    driver: Driver[C],
-    connection: C,
-    table: VersionTable,
-    migrations: Sequence[Sequence[str]],
-    where: str,
-) -> list[str]:
-    """The migrations `migrate` would apply, described (read without writing)."""
-    version = await recorded_version(driver, connection, table)
-    refuse_newer(version, len(migrations), where)
-    return pending(version, migrations)

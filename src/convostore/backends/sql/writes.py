@@ -1,33 +1,26 @@
-"""The session writes of a SQL backend whose writes serialise on row locks or run one
-at a time (SQLite, MySQL), written once and without I/O.
-
-Each write is a generator: it yields the `Query` it needs run and is sent back the
-answer, and its return value is the write's. A backend drives it inside its write
-transaction, on whatever driver it has: `drive` for a blocking DB-API connection
-(SQLite's writer thread), `convostore.backends.sql.aio.drive` for an asyncio `Driver`.
+"""Writes every SQL backend runs alike, written once without I/O (`steps`): the
+metadata index's key adds and drops (SQLite, MySQL, PostgreSQL), and the session writes
+of a backend whose writes serialise on row locks or run one at a time (SQLite, MySQL).
 What the statements found is decided by `convostore.backends.sql.decisions`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any
 
 from convostore.backends.sql import decisions
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.statements import Statements
+from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.model import Session, User
 from convostore.prepare import NewSession, SessionChanges, owned_by_parent
 
 __all__ = [
     "KeyStatements",
-    "Query",
-    "RollbackAndReturn",
     "SessionWrites",
-    "Steps",
     "add_indexed_keys",
-    "drive",
     "find_or_insert_part",
     "insert_session",
     "insert_users",
@@ -35,31 +28,6 @@ __all__ = [
     "require_users",
     "update_session",
 ]
-
-T = TypeVar("T")
-
-
-class RollbackAndReturn(Exception):
-    """Raised inside a write transaction to roll it back and return ``value``."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__()
-        self.value = value
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """One statement to run and what to send back: ``one`` its first row (or None),
-    ``all`` its rows, ``count`` the rows it changed, ``many`` nothing (``parameters``
-    is a list of rows, run once each), ``insert`` whether it inserted (False where a
-    unique key refused the row)."""
-
-    statement: str
-    parameters: Any = None
-    answer: Literal["one", "all", "count", "many", "insert"] = "one"
-
-
-Steps = Generator[Query, Any, T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,40 +69,6 @@ class SessionWrites:
     update_session: str
     delete_entries: str
     keys: KeyStatements
-
-
-def drive(
-    connection: Any, steps: Steps[T], is_duplicate: Callable[[Exception], bool] = lambda e: False
-) -> T:
-    """Run ``steps`` on a DB-API connection with ``execute`` and ``executemany``
-    (sqlite3's); ``is_duplicate`` tells a unique key's refusal, which leaves the
-    transaction going on, from other errors (none, where writes run one at a time)."""
-    answer: Any = None
-    while True:
-        try:
-            query = steps.send(answer)
-        except StopIteration as done:
-            result: T = done.value
-            return result
-        if query.answer == "many":
-            connection.executemany(query.statement, query.parameters)
-            answer = None
-            continue
-        try:
-            cursor = connection.execute(query.statement, query.parameters or ())
-        except Exception as error:
-            if query.answer != "insert" or not is_duplicate(error):
-                raise
-            answer = False
-            continue
-        if query.answer == "one":
-            answer = cursor.fetchone()
-        elif query.answer == "all":
-            answer = cursor.fetchall()
-        elif query.answer == "count":
-            answer = cursor.rowcount
-        else:
-            answer = True
 
 
 # ---------------------------------------------------------------------------- steps

@@ -22,7 +22,7 @@ from convostore.backends.sql.decisions import (
     replay_or_conflict,
     unconfirmed_users,
 )
-from convostore.backends.sql.writes import drive
+from convostore.backends.sql.steps import drive
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import RollbackAndReturn
 from convostore.backends.sqlite.event_cache import EventCache, read_through

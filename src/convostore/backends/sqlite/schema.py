@@ -13,11 +13,16 @@ import time
 import urllib.parse
 from typing import Final
 
-from convostore._time import to_micros, utc_now
-from convostore.backends.migrations import pending, refuse_newer
+from convostore.backends.migrations import pending
 from convostore.backends.sql import writes
+from convostore.backends.sql.migrate import (
+    VersionTable,
+    checked_version,
+    migrate,
+    pending_migrations,
+)
 from convostore.backends.sql.statements import SESSION_INDEXES
-from convostore.backends.sql.writes import drive
+from convostore.backends.sql.steps import drive
 from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
 from convostore.backends.sqlite.statements import STATEMENTS, WRITES
 from convostore.backends.sqlite.url import SQLiteTarget
@@ -312,15 +317,16 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The schema version this code writes and reads."""
 
-CREATE_SCHEMA_TABLE: Final = """CREATE TABLE IF NOT EXISTS convostore_schema (
-    version INTEGER PRIMARY KEY,
-    applied_at INTEGER NOT NULL
-)"""
-SCHEMA_TABLE_EXISTS: Final = (
-    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'convostore_schema'"
+# The versions applied (see `convostore.backends.sql.migrate`).
+VERSION_TABLE: Final = VersionTable(
+    exists="SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'convostore_schema'",
+    recorded="SELECT coalesce(max(version), 0) FROM convostore_schema",
+    create="""CREATE TABLE IF NOT EXISTS convostore_schema (
+        version INTEGER PRIMARY KEY,
+        applied_at INTEGER NOT NULL
+    )""",
+    record="INSERT INTO convostore_schema (version, applied_at) VALUES (:version, :applied_at)",
 )
-RECORDED_VERSION: Final = "SELECT coalesce(max(version), 0) FROM convostore_schema"
-RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version, applied_at) VALUES (?, ?)"
 JOURNAL_MODE: Final = "PRAGMA journal_mode"
 JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
 # Switching to WAL takes an exclusive lock without waiting on the busy handler; with
@@ -334,7 +340,7 @@ def prepare_database(connection: sqlite3.Connection, target: SQLiteTarget) -> No
     A database of a newer version raises `SchemaVersionError` before anything, not even
     the journal mode, is written to it.
     """
-    _refuse_newer(_recorded_version(connection), target)
+    drive(connection, checked_version(VERSION_TABLE, SCHEMA_VERSION, _where(target)))
     if not target.in_memory:
         _use_wal(connection)
     # Under the write lock, so processes connecting at once migrate one after another.
@@ -348,11 +354,9 @@ def read_pending_migrations(target: SQLiteTarget) -> list[str]:
         return pending(0, MIGRATIONS)
     connection = sqlite3.connect(f"file:{urllib.parse.quote(target.path)}?mode=ro", uri=True)
     try:
-        version = _recorded_version(connection)
+        return drive(connection, pending_migrations(VERSION_TABLE, MIGRATIONS, _where(target)))
     finally:
         connection.close()
-    _refuse_newer(version, target)
-    return pending(version, MIGRATIONS)
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:
@@ -367,25 +371,12 @@ def _use_wal(connection: sqlite3.Connection) -> None:
             time.sleep(0.01)
 
 
-def _recorded_version(connection: sqlite3.Connection) -> int:
-    if connection.execute(SCHEMA_TABLE_EXISTS).fetchone() is None:
-        return 0
-    version: int = connection.execute(RECORDED_VERSION).fetchone()[0]
-    return version
-
-
-def _refuse_newer(version: int, target: SQLiteTarget) -> None:
-    refuse_newer(version, SCHEMA_VERSION, f"the SQLite database {target.path!r}")
+def _where(target: SQLiteTarget) -> str:
+    return f"the SQLite database {target.path!r}"
 
 
 def _migrate(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
-    connection.execute(CREATE_SCHEMA_TABLE)
-    version = _recorded_version(connection)
-    _refuse_newer(version, target)
-    for number in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in MIGRATIONS[number - 1]:
-            connection.execute(statement)
-        connection.execute(RECORD_MIGRATION, (number, to_micros(utc_now())))
+    drive(connection, migrate(VERSION_TABLE, MIGRATIONS, _where(target)))
 
 
 def write_indexed_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> frozenset[str]:
