@@ -39,7 +39,6 @@ from convostore.backends.mysql.operations import (
     check_size,
     execute,
     read_events,
-    update_returning,
     write_append,
     write_delete_expired,
 )
@@ -189,8 +188,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
         check_size(parameters.values(), self.facts.max_packet, "the write")
-        row: Sequence[Any] | None = await self._write(update_returning, statement, parameters)
-        return row
+        return await super()._returning(statement, parameters)
 
     # ---------------------------------------------------------------- users and sessions
 

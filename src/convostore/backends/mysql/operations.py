@@ -1,8 +1,8 @@
 """What each store operation does on one connection: plain async functions.
 
-A ``write_`` function runs inside `connection.in_transaction` (one READ COMMITTED
-transaction, retried on a deadlock); a ``read_`` function of several statements runs
-inside `connection.in_snapshot` where it needs one snapshot. Each is all of one
+A ``write_`` function runs inside `convostore.backends.sql.aio.in_transaction` (one READ
+COMMITTED transaction, retried on a deadlock); a ``read_`` function of several statements
+runs inside `connection.in_snapshot` where it needs one snapshot. Each is all of one
 primitive of `convostore.backends.interface.Backend`; what its statements found is
 decided by `convostore.backends.sql.decisions`.
 """
@@ -45,7 +45,6 @@ __all__ = [
     "fetch_one",
     "json_list",
     "read_events",
-    "update_returning",
     "write_append",
     "write_delete_expired",
 ]
@@ -54,18 +53,6 @@ __all__ = [
 fetch_one = DRIVER.fetch_one
 fetch_all = DRIVER.fetch_all
 execute = DRIVER.execute
-_execute_many = DRIVER.execute_many
-
-
-async def update_returning(
-    connection: Connection, statement: str, parameters: dict[str, Any]
-) -> Any:
-    """Run an UPDATE of one session (its ``id`` parameter), then read the session back:
-    what RETURNING gives where there is one. None if it changed nothing (the stamp
-    always changes, so a session that exists is always a changed row)."""
-    if not await execute(connection, statement, parameters):
-        return None
-    return await fetch_one(connection, sql.STATEMENTS.select_session, parameters)
 
 
 # What a statement's text costs beyond its values, with room to spare.

@@ -47,7 +47,6 @@ from convostore.backends.postgresql.schema import (
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
 from convostore.backends.sql.aio import AsyncSQLBackend
-from convostore.backends.sql.backend import Parameters
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
@@ -175,10 +174,6 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
             if is_connection_lost(error):
                 self._check_pool()
             raise translate_error(error, self._where) from error
-
-    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
-        row: Sequence[Any] | None = await self._run(self.driver.fetch_one, statement, parameters)
-        return row
 
     def _check_pool(self) -> None:
         # A lost connection often means the server restarted: every idle connection is

@@ -153,6 +153,25 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
     async def _changed(self, statement: str, parameters: Parameters) -> int:
         return await self._run(self.driver.execute, statement, parameters)
 
+    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        if self.statements.dialect.returning:
+            row: Sequence[Any] | None = await self._run(
+                self.driver.fetch_one, statement, parameters
+            )
+            return row
+
+        async def update_then_read(connection: C) -> Sequence[Any] | None:
+            # The stamp always changes: a session that exists is always a changed row.
+            if not await self.driver.execute(connection, statement, parameters):
+                return None
+            select = self.statements.select_session
+            found: Sequence[Any] | None = await self.driver.fetch_one(
+                connection, select, parameters
+            )
+            return found
+
+        return await self._write(update_then_read)
+
     # ---------------------------------------------------------------- the metadata index
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
