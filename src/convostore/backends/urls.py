@@ -3,9 +3,9 @@ and seconds checked against their range, passwords kept out of messages."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from convostore.errors import InvalidArgumentError
@@ -82,15 +82,15 @@ def optional_text(name: str, value: str) -> str | None:
 
 def with_options(
     target: T,
-    options: Iterable[tuple[str, str]],
+    query: str,
     parsers: Mapping[str, Parse],
     what: str,
     passed_on: list[tuple[str, str]] | None = None,
 ) -> T:
-    """``target`` (a dataclass) with each option set on the field of its name, parsed by
-    ``parsers[name]``. An option with no parser goes to ``passed_on``, or without one is
-    `InvalidArgumentError` (``what``: "the MySQL URL", ...)."""
-    for name, value in options:
+    """``target`` (a dataclass) with each option of ``query`` (`query_options`) set on the
+    field of its name, parsed by ``parsers[name]``. An option with no parser goes to
+    ``passed_on``, or without one is `InvalidArgumentError` (``what``: "the MySQL URL")."""
+    for name, value in query_options(query, what):
         parse = parsers.get(name)
         if parse is not None:
             target = replace(target, **{name: parse(name, value)})  # type: ignore[type-var]
@@ -101,15 +101,8 @@ def with_options(
     return target
 
 
-class _Pooled(Protocol):
-    @property
-    def pool_min_size(self) -> int: ...
-    @property
-    def pool_max_size(self) -> int: ...
-
-
-def check_pool(target: _Pooled) -> None:
-    if target.pool_max_size < max(1, target.pool_min_size):
+def check_pool(min_size: int, max_size: int) -> None:
+    if max_size < max(1, min_size):
         raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
 
 

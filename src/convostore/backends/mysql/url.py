@@ -17,7 +17,6 @@ from convostore.backends.urls import (
     check_pool,
     one_of,
     optional_text,
-    query_options,
     redacted,
     seconds,
     whole,
@@ -133,7 +132,6 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         password=None if parts.password is None else unquote(parts.password),
         database=database,
     )
-    options = query_options(parts.query, "the MySQL URL")
-    target = with_options(target, options, _OPTIONS, "the MySQL URL")
-    check_pool(target)
+    target = with_options(target, parts.query, _OPTIONS, "the MySQL URL")
+    check_pool(target.pool_min_size, target.pool_max_size)
     return target

@@ -16,7 +16,6 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 from convostore.backends.urls import (
     Parse,
     check_pool,
-    query_options,
     redacted,
     seconds,
     whole,
@@ -105,9 +104,10 @@ def parse_postgresql_url(url: str) -> PostgreSQLTarget:
     if scheme not in SCHEMES:
         raise InvalidArgumentError(f"not a PostgreSQL URL: {redacted(url)!r}")
     passed_on: list[tuple[str, str]] = []
-    options = query_options(parts.query, "the PostgreSQL URL")
-    target = with_options(PostgreSQLTarget(""), options, _OPTIONS, "", passed_on)
-    check_pool(target)
+    target = with_options(
+        PostgreSQLTarget(""), parts.query, _OPTIONS, "the PostgreSQL URL", passed_on
+    )
+    check_pool(target.pool_min_size, target.pool_max_size)
     if not any(name == "application_name" for name, _ in passed_on):
         passed_on.append(("application_name", "convostore"))
     # Percent-encoded throughout: libpq reads no "+" as a space.
