@@ -41,6 +41,7 @@ from tests.servers.mariadb import (
     stop_shared_server_11,
 )
 
+NATIVE = "?vector_search=native"
 ADA = User("ada", "Ada")
 BOB = User("bob", "Bob")
 WORDS = [f"w{n}" for n in range(40)] + [
@@ -76,7 +77,8 @@ class Stores:
     """Opens stores on one fresh database and closes them all at teardown."""
 
     def __init__(self, server: TestServer) -> None:
-        self.url = server.url(f"native_{os.getpid()}_{next(_databases)}")
+        # The graph is a store's choice (the default is the cache).
+        self.url = server.url(f"native_{os.getpid()}_{next(_databases)}") + NATIVE
         self.opened: list[Store] = []
 
     async def open(self, **options: Any) -> Store:
@@ -174,15 +176,22 @@ async def exact_top(
 async def test_the_capability_follows_the_server(
     server_10: TestServer, server_11: TestServer
 ) -> None:
-    older = await convostore.connect(server_10.url(f"native_{os.getpid()}_10"))
-    newer = await convostore.connect(server_11.url(f"native_{os.getpid()}_11"))
+    older = await convostore.connect(server_10.url(f"native_{os.getpid()}_10") + NATIVE)
+    newer = await convostore.connect(server_11.url(f"native_{os.getpid()}_11") + NATIVE)
+    cached = await convostore.connect(server_11.url(f"native_{os.getpid()}_11"))
     try:
         assert older.capabilities.native_vector_index is False
         assert newer.capabilities.native_vector_index is True
         assert backend(newer).facts.version >= native_vectors.NATIVE_SINCE
+        # Chosen by the URL: the default searches the cache, on any server.
+        assert cached.capabilities.native_vector_index is False
+        assert backend(cached).server_vectors
+        assert not backend(cached).native_search
+        assert backend(older).vector_cache is not None
     finally:
         await older.close()
         await newer.close()
+        await cached.close()
 
 
 async def test_searches_walk_the_graph_and_score_as_the_scan(
@@ -305,7 +314,7 @@ async def test_a_user_without_create_connects_and_scans(
     embedder = HashingEmbedder(16)
     owner = await stores.open(embedder=embedder)
     await fill(owner, ADA, 2, 10)
-    database = stores.url.rsplit("/", 1)[1]
+    database = stores.url.rsplit("/", 1)[1].removesuffix(NATIVE)
     user = f"app_{database}"[:80]
     async with backend(owner).pool.acquire() as connection:
         cursor = connection.cursor()
