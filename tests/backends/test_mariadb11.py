@@ -6,6 +6,7 @@ does is the contract suite's (tests/contract, backend ``mariadb11``). Left out w
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import itertools
 import os
@@ -29,7 +30,7 @@ if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true
 from convostore._time import utc_now
 from convostore._vectors import best, scores
 from convostore.backends.interface import VectorQuery
-from convostore.backends.mysql import MySQLBackend, native_vectors
+from convostore.backends.mysql import MySQLBackend, native_vectors, vector_feed
 from convostore.backends.mysql.connection import Connection
 from convostore.backends.mysql.operations import fetch_all, fetch_one
 from tests.backends.support import served
@@ -339,3 +340,46 @@ async def test_a_user_without_create_connects_and_scans(
     finally:
         async with backend(owner).pool.acquire() as connection:
             await connection.cursor().execute(f"DROP USER '{user}'@'127.0.0.1'")
+
+
+async def test_a_vector_appended_during_a_rebuild_is_in_the_graph(
+    stores: Stores, graph: GraphAnswers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append copies its vector while the graph's table has just been made anew and
+    its state is not recorded yet (so it copies nothing), then commits only after the
+    rebuild has begun its copy of every vector. The guard makes the rebuild's copy wait
+    for that commit, so the vector is in the graph."""
+    embedder = HashingEmbedder(16)
+    store = await stores.open(embedder=embedder)
+    [session] = await fill(store, ADA, 1, 10)
+    assert await graph_count(store) == 10
+    copied, go = asyncio.Event(), asyncio.Event()
+    record, create, settle = vector_feed.record, native_vectors.create_table, native_vectors.settle
+    appended: list[asyncio.Task[Any]] = []
+
+    async def held(*arguments: Any, **named: Any) -> None:
+        copied.set()  # its copy is done, in its open transaction
+        await go.wait()
+        await record(*arguments, **named)
+
+    async def then_append(*arguments: Any) -> None:
+        await create(*arguments)
+        text = "alpha beta gamma delta appended"
+        appended.append(
+            asyncio.create_task(store.add_message(session, MessageWrite(Role.USER, text)))
+        )
+        await copied.wait()
+
+    async def releasing(connection: Connection) -> None:
+        go.set()  # the append commits now: the rebuild's copy must wait for it
+        await settle(connection)
+
+    monkeypatch.setattr(vector_feed, "record", held)
+    monkeypatch.setattr(native_vectors, "create_table", then_append)
+    monkeypatch.setattr(native_vectors, "settle", releasing)
+    await backend(store)._native_graph(replace=True, build=True)
+    message = await appended[0]
+    assert await graph_count(store) == await vector_count(store, embedder.name) == 11
+    [hit] = await store.search("alpha beta gamma delta appended", k=1)
+    assert hit.message.id == message.id
+    assert graph.answers == [True]

@@ -187,6 +187,10 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             PRIMARY KEY (position, row_id, session_id)
         )"""
         + _TABLE,
+        # One row: every write to MariaDB's graph holds it shared until it commits, and
+        # a build of the graph waits for it exclusively (see `native_vectors`).
+        "CREATE TABLE IF NOT EXISTS native_vector_guard (id TINYINT NOT NULL PRIMARY KEY)" + _TABLE,
+        "INSERT IGNORE INTO native_vector_guard (id) VALUES (1)",
     ),
 )
 
