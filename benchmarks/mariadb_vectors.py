@@ -140,13 +140,44 @@ async def append_cost(
                     began = time.perf_counter()
                     await store.add_message(sessions[label].id, write)
                     timings[label].append(time.perf_counter() - began)
+        for label, values in timings.items():
+            median = statistics.median(values) * 1000
+            print(f"  append of one message with its vector, {label:<20}: median {median:.2f} ms")
+        # Eight writers at once: the feed's lock orders their last statement and commit.
+        rates: dict[str, list[float]] = {"change feed (cache)": [], "no feed (before)": []}
+        for _ in range(6):
+            for label in rates:
+                store, replacement = ways[label]
+                setattr(vector_feed, "record", replacement or record)  # noqa: B010
+                rates[label].append(await _writers(store, owner, corpus, 8, 25))
+        for label, values in rates.items():
+            print(
+                f"  8 writers appending with vectors, {label:<20}: "
+                f"{statistics.median(values):,.0f} msg/s"
+            )
     finally:
         setattr(vector_feed, "record", record)  # noqa: B010
         for store in opened:
             await store.close()
-    for label, values in timings.items():
-        median = statistics.median(values) * 1000
-        print(f"  append of one message with its vector, {label:<20}: median {median:.2f} ms")
+
+
+async def _writers(store: Store, owner: User, corpus: Corpus, writers: int, each: int) -> float:
+    """Messages with vectors per second, ``writers`` sessions appending at once."""
+    sessions = [await store.create_session(owner) for _ in range(writers)]
+
+    async def write(session_id: str, offset: int) -> None:
+        for row in range(each):
+            vector = corpus.query_vectors[(offset + row) % len(corpus.query_vectors)]
+            await store.add_message(
+                session_id,
+                MessageWrite(
+                    Role.USER, "appended", embedding=vector.tolist(), embedding_model=corpus.model
+                ),
+            )
+
+    began = time.perf_counter()
+    await asyncio.gather(*(write(s.id, n * each) for n, s in enumerate(sessions)))
+    return writers * each / (time.perf_counter() - began)
 
 
 async def _skip_record(*arguments: Any, **named: Any) -> None:
