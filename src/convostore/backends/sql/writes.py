@@ -79,11 +79,6 @@ def _session_exists(w: SessionWrites, session_id: str) -> Steps[bool]:
     return int(count) > 0
 
 
-def _share_indexed_keys(w: SessionWrites) -> Steps[None]:
-    if w.statements.share_indexed_keys is not None:
-        yield Query(w.statements.share_indexed_keys, None, "count")
-
-
 def require_users(
     w: SessionWrites, users: tuple[User, ...], required: tuple[str, ...]
 ) -> Steps[None]:
@@ -104,24 +99,16 @@ def insert_users(w: SessionWrites, users: tuple[User, ...]) -> Steps[None]:
 
 
 def _index_metadata(
-    w: SessionWrites, session_id: str, candidates: tuple[tuple[str, str], ...]
+    w: SessionWrites, session_id: str, pairs: tuple[tuple[str, str], ...]
 ) -> Steps[None]:
-    """Index the candidate entries whose key the database indexes now, as read in this
-    write's transaction (after `_share_indexed_keys`, where the dialect has one)."""
-    if not candidates:
-        return
-    indexed = yield Query(w.statements.select_indexed_keys, None, "all")
-    entries = decisions.kept_entries(candidates, (str(row[0]) for row in indexed))
-    if entries:
-        rows = [w.keys.entry(name, value, session_id) for name, value in entries]
+    if pairs:
+        rows = [w.keys.entry(name, value, session_id) for name, value in pairs]
         yield Query(w.keys.insert_entry, rows, "many")
 
 
 def insert_session(w: SessionWrites, new: NewSession, if_absent: bool) -> Steps[Session | None]:
     """`Backend.insert_session`: the checks in the order the contract gives them."""
     session = new.session
-    if new.indexed_metadata:
-        yield from _share_indexed_keys(w)
     if (yield from _session_exists(w, session.id)):
         decisions.refuse_existing(session, if_absent)
         return None
@@ -141,8 +128,6 @@ def insert_session(w: SessionWrites, new: NewSession, if_absent: bool) -> Steps[
 def find_or_insert_part(w: SessionWrites, new: NewSession) -> Steps[Session]:
     """Under the parent's row lock (or the one write lock) no other part can appear
     between the look and the insert, so every caller settles on the earliest part."""
-    if new.indexed_metadata:
-        yield from _share_indexed_keys(w)
     new = owned_by_parent(new, (yield Query(w.lock_parent, (new.session.part_of,))))
     session = new.session
     parameters = {"part_of": session.part_of, "held_with": session.held_with}
@@ -157,8 +142,6 @@ def find_or_insert_part(w: SessionWrites, new: NewSession) -> Steps[Session]:
 def update_session(w: SessionWrites, changes: SessionChanges) -> Steps[Session]:
     """`Backend.update_session`, guarded by the session's stamp."""
     dialect = w.statements.dialect
-    # Always: the old metadata's entries go, and a key add must not backfill them meanwhile.
-    yield from _share_indexed_keys(w)
     expires_at = None if changes.expires_at is None else dialect.time_param(changes.expires_at)
     parameters = (
         changes.title,
@@ -195,15 +178,9 @@ def add_indexed_keys(
     statements: Statements, keys: KeyStatements, names: frozenset[str]
 ) -> Steps[frozenset[str]]:
     """`Backend.add_indexed_keys` in one transaction: each key the database does not
-    index yet recorded, then backfilled from the sessions committed by then (after
-    ``lock_indexed_keys``, see `convostore.backends.sql.statements`); a key another
-    store records meanwhile is left to it. Every key the database indexes."""
+    index yet recorded, then backfilled; a key another store records meanwhile (whose
+    row lock this insert waits on) is left to it. Every key the database indexes."""
     indexed = yield from _indexed_keys(statements)
-    if names <= indexed:
-        return frozenset(indexed)
-    if statements.lock_indexed_keys is not None:
-        yield Query(statements.lock_indexed_keys, None, "count")
-        indexed = yield from _indexed_keys(statements)
     for name in sorted(names - indexed):
         if not (yield Query(keys.insert_key, {"name": name}, "count")):
             continue
@@ -217,9 +194,7 @@ def add_indexed_keys(
 
 
 def remove_indexed_key(statements: Statements, name: str) -> Steps[bool]:
-    """`Backend.remove_indexed_key` in one transaction, after ``lock_indexed_keys``."""
-    if statements.lock_indexed_keys is not None:
-        yield Query(statements.lock_indexed_keys, None, "count")
+    """`Backend.remove_indexed_key` in one transaction."""
     if not (yield Query(statements.delete_indexed_key, {"name": name}, "count")):
         return False
     yield Query(statements.delete_key_entries, {"name": name}, "count")
