@@ -6,7 +6,7 @@ an asyncio `Driver` (MySQL, PostgreSQL)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -27,23 +27,19 @@ class RollbackAndReturn(Exception):
 class Query:
     """One statement to run and what to send back: ``one`` its first row (or None),
     ``all`` its rows, ``count`` the rows it changed, ``many`` nothing (``parameters``
-    is a list of rows, run once each), ``insert`` whether it inserted (False where a
-    unique key refused the row)."""
+    is a list of rows, run once each)."""
 
     statement: str
     parameters: Any = None
-    answer: Literal["one", "all", "count", "many", "insert"] = "one"
+    answer: Literal["one", "all", "count", "many"] = "one"
 
 
 Steps = Generator[Query, Any, T]
 
 
-def drive(
-    connection: Any, steps: Steps[T], is_duplicate: Callable[[Exception], bool] = lambda e: False
-) -> T:
+def drive(connection: Any, steps: Steps[T]) -> T:
     """Run ``steps`` on a DB-API connection with ``execute`` and ``executemany``
-    (sqlite3's); ``is_duplicate`` tells a unique key's refusal, which leaves the
-    transaction going on, from other errors (none, where writes run one at a time)."""
+    (sqlite3's)."""
     answer: Any = None
     while True:
         try:
@@ -55,18 +51,10 @@ def drive(
             connection.executemany(query.statement, query.parameters)
             answer = None
             continue
-        try:
-            cursor = connection.execute(query.statement, query.parameters or ())
-        except Exception as error:
-            if query.answer != "insert" or not is_duplicate(error):
-                raise
-            answer = False
-            continue
+        cursor = connection.execute(query.statement, query.parameters or ())
         if query.answer == "one":
             answer = cursor.fetchone()
         elif query.answer == "all":
             answer = cursor.fetchall()
-        elif query.answer == "count":
-            answer = cursor.rowcount
         else:
-            answer = True
+            answer = cursor.rowcount
