@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 import convostore
-from convostore import MessageWrite, Role, Store, User
+from convostore import InvalidArgumentError, MessageWrite, Role, Store, User
 from tests.backends.support import missing_driver, served
 
 if (why := missing_driver("asyncmy", "mysql")) is not None:
     pytest.skip(why, allow_module_level=True)
 
 from convostore._time import utc_now
-from convostore.backends.mysql import MySQLBackend, vector_feed
+from convostore.backends.mysql import MySQLBackend, parse_mysql_url, vector_feed
 from convostore.backends.mysql.operations import fetch_all
 from convostore.backends.sql import vector_cache
 from tests.servers.mariadb import (
@@ -271,3 +271,12 @@ async def test_appends_without_vectors_take_no_position(stores: Stores) -> None:
     await store.add_message(session.id, said(random.Random(4)))
     async with backend(store).pool.acquire() as connection:
         assert await fetch_all(connection, "SELECT position FROM vector_feed") == [(1,)]
+
+
+def test_the_url_chooses_the_vector_search() -> None:
+    url = "mysql://u@localhost/db"
+    assert parse_mysql_url(url).vector_search == "cache"
+    for choice in ("cache", "native", "scan", "NATIVE"):
+        assert parse_mysql_url(f"{url}?vector_search={choice}").vector_search == choice.lower()
+    with pytest.raises(InvalidArgumentError, match="vector_search must be one of"):
+        parse_mysql_url(f"{url}?vector_search=graph")
