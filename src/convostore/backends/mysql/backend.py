@@ -40,12 +40,11 @@ from convostore.backends.mysql.operations import (
     execute,
     read_events,
     write_append,
-    write_find_or_insert_part,
-    write_insert_session,
-    write_update_session,
 )
+from convostore.backends.mysql.rows import new_session_row
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
+from convostore.backends.sql import writes
 from convostore.backends.sql.aio import AsyncSQLBackend
 from convostore.backends.sql.backend import Parameters
 from convostore.backends.sql.event_cache import EventCache
@@ -215,13 +214,17 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         await self._run(execute, sql.UPSERT_USER, values)
 
     async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
-        return await self._write(write_insert_session, new, if_absent, self.facts.max_packet)
+        check_size(new_session_row(new), self.facts.max_packet, "the session")
+        return await self._write_steps(writes.insert_session, sql.WRITES, new, if_absent)
 
     async def find_or_insert_part(self, new: NewSession) -> Session:
-        return await self._write(write_find_or_insert_part, new, self.facts.max_packet)
+        check_size(new_session_row(new), self.facts.max_packet, "the session")
+        return await self._write_steps(writes.find_or_insert_part, sql.WRITES, new)
 
     async def update_session(self, changes: SessionChanges) -> Session:
-        return await self._write(write_update_session, changes, self.facts.max_packet)
+        values = (changes.title, changes.metadata_json, changes.session_id, changes.new_stamp)
+        check_size(values, self.facts.max_packet, "the session")
+        return await self._write_steps(writes.update_session, sql.WRITES, changes)
 
     # Every write that touches a vector ends with its change recorded in the feed
     # (`vector_feed`), after the graph's rows where the server has one.

@@ -99,6 +99,9 @@ class MySQLDriver(Driver[Connection]):
         async with connection.cursor() as cursor:
             await cursor.executemany(statement, rows)
 
+    def duplicate(self, error: Exception) -> bool:
+        return isinstance(error, errors.IntegrityError) and error_code(error) == ER_DUP_ENTRY
+
     @contextlib.asynccontextmanager
     async def transaction(self, connection: Connection) -> AsyncIterator[None]:
         await connection.begin()

@@ -18,13 +18,12 @@ from asyncmy import errors
 from convostore._time import to_micros
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import DRIVER, ER_DUP_ENTRY, Connection, error_code
-from convostore.backends.mysql.rows import event_from_row, event_row, new_session_row
-from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
+from convostore.backends.mysql.rows import event_from_row, event_row
 from convostore.backends.sql import decisions
-from convostore.backends.sql.aio import RollbackAndReturn
+from convostore.backends.sql.aio import RollbackAndReturn, drive
 from convostore.backends.sql.event_cache import EventCache
-from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.values import json_list
+from convostore.backends.sql.writes import insert_users, require_users
 from convostore.errors import InvalidArgumentError
 from convostore.filters import (
     EventFilter,
@@ -33,13 +32,10 @@ from convostore.filters import (
     compose_view,
     is_turn_start,
 )
-from convostore.model import Event, Session, User
+from convostore.model import Event
 from convostore.prepare import (
     AppendOutcome,
-    NewSession,
     PreparedAppend,
-    SessionChanges,
-    owned_by_parent,
 )
 
 __all__ = [
@@ -51,16 +47,12 @@ __all__ = [
     "read_events",
     "write_append",
     "write_delete_expired",
-    "write_find_or_insert_part",
-    "write_insert_session",
-    "write_update_session",
 ]
 
 
 fetch_one = DRIVER.fetch_one
 fetch_all = DRIVER.fetch_all
 execute = DRIVER.execute
-_execute_many = DRIVER.execute_many
 
 
 # What a statement's text costs beyond its values, with room to spare.
@@ -87,110 +79,6 @@ def check_size(parameters: Iterable[Any], limit: int, what: str) -> None:
 # ---------------------------------------------------------------------------- writes
 
 
-async def _session_exists(connection: Connection, session_id: str) -> bool:
-    (count,) = await fetch_one(connection, sql.STATEMENTS.session_exists, {"id": session_id})
-    return int(count) > 0
-
-
-async def _require_users(
-    connection: Connection, users: tuple[User, ...], required: tuple[str, ...]
-) -> None:
-    wanted = decisions.unconfirmed_users(users, required)
-    if not wanted:
-        return
-    rows = await fetch_all(connection, sql.MISSING_USERS, (json_list(wanted),))
-    found_missing = {row[0] for row in rows}
-    missing = [user_id for user_id in wanted if user_id in found_missing]
-    if missing:
-        raise decisions.unknown_users(missing)
-
-
-async def _insert_users(connection: Connection, users: tuple[User, ...]) -> None:
-    """Insert the users that are not stored; a stored user is never overwritten."""
-    if users:
-        await _execute_many(
-            connection, sql.INSERT_USER_IF_ABSENT, [user_values(user) for user in users]
-        )
-
-
-async def _index_metadata(
-    connection: Connection, session_id: str, pairs: tuple[tuple[str, str], ...]
-) -> None:
-    if pairs:
-        await _execute_many(
-            connection,
-            sql.INSERT_METADATA_ENTRY,
-            [(session_id, name, value[:VALUE_PREFIX_LENGTH], value) for name, value in pairs],
-        )
-
-
-async def write_insert_session(
-    connection: Connection, new: NewSession, if_absent: bool, limit: int
-) -> Session | None:
-    session = new.session
-    row = new_session_row(new)
-    check_size(row, limit, "the session")
-    if await _session_exists(connection, session.id):
-        decisions.refuse_existing(session, if_absent)
-        return None
-    await _require_users(connection, new.users_to_insert, new.required_user_ids)
-    if session.part_of is not None:
-        decisions.check_parent(
-            session, await fetch_one(connection, sql.SELECT_PARENT, (session.part_of,))
-        )
-    await _insert_users(connection, new.users_to_insert)
-    try:
-        await execute(connection, sql.INSERT_SESSION, row)
-    except errors.IntegrityError as error:
-        # Inserted by another transaction since the look above: sessions have one key.
-        if error_code(error) != ER_DUP_ENTRY:
-            raise
-        if if_absent:
-            raise RollbackAndReturn(None) from error
-        decisions.refuse_existing(session, if_absent)
-    await _index_metadata(connection, session.id, new.indexed_metadata)
-    return session
-
-
-async def write_find_or_insert_part(connection: Connection, new: NewSession, limit: int) -> Session:
-    """Under the parent's row lock no other part can appear between the look and the
-    insert, so every caller settles on the earliest part."""
-    parent = await fetch_one(connection, sql.LOCK_PARENT, (new.session.part_of,))
-    new = owned_by_parent(new, parent)
-    session = new.session
-    found = await fetch_one(
-        connection,
-        sql.STATEMENTS.find_part,
-        {"part_of": session.part_of, "held_with": session.held_with},
-    )
-    if found is not None:
-        return sql.DIALECT.rows.session(found)
-    inserted = await write_insert_session(connection, new, False, limit)
-    assert inserted is not None  # Absent, or the look above would have found it.
-    return inserted
-
-
-async def write_update_session(
-    connection: Connection, changes: SessionChanges, limit: int
-) -> Session:
-    parameters = (
-        changes.title,
-        changes.metadata_json,
-        None if changes.expires_at is None else to_micros(changes.expires_at),
-        changes.new_stamp,
-        changes.session_id,
-        changes.expected_stamp,
-    )
-    check_size(parameters, limit, "the session")
-    if not await execute(connection, sql.UPDATE_SESSION, parameters):
-        exists = await _session_exists(connection, changes.session_id)
-        raise decisions.stale_or_missing(changes.session_id, exists)
-    await execute(connection, sql.DELETE_METADATA_ENTRIES, (changes.session_id,))
-    await _index_metadata(connection, changes.session_id, changes.indexed_metadata)
-    row = await fetch_one(connection, sql.STATEMENTS.select_session, {"id": changes.session_id})
-    return sql.DIALECT.rows.session(row)
-
-
 async def write_delete_expired(connection: Connection, before: int) -> int:
     """Delete the sessions expired at ``before`` (microseconds), each only if it still
     is; a part of an expired parent goes with its parent and is not counted. (MySQL
@@ -210,10 +98,11 @@ async def write_append(connection: Connection, append: PreparedAppend, limit: in
     if locked is None:
         raise decisions.missing_session(append.session_id)
     version, last_seq = locked
-    await _require_users(connection, append.users_to_insert, append.required_user_ids)
+    required = append.users_to_insert, append.required_user_ids
+    await drive(DRIVER, connection, require_users(sql.WRITES, *required))
     if append.expected_version is not None and version != append.expected_version:
         raise RollbackAndReturn(AppendOutcome(applied=False))
-    await _insert_users(connection, append.users_to_insert)
+    await drive(DRIVER, connection, insert_users(sql.WRITES, append.users_to_insert))
     first_seq = last_seq + 1
     statement = sql.INSERT_EVENTS + ", ".join(sql.EVENT_ROW for _ in events)
     parameters = [value for i, p in enumerate(events) for value in event_row(p, first_seq + i)]

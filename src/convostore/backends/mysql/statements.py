@@ -13,6 +13,7 @@ import functools
 from typing import Final, Literal
 
 from convostore._time import to_micros
+from convostore.backends.mysql.rows import new_session_row
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
@@ -24,7 +25,7 @@ from convostore.backends.sql.statements import (
     columns,
 )
 from convostore.backends.sql.values import MICROS_READER, json_list
-from convostore.backends.sql.writes import KeyStatements
+from convostore.backends.sql.writes import KeyStatements, SessionWrites
 
 # What an insert writes beyond the fields read back: the text filter's and the text
 # index's forms of the content.
@@ -239,3 +240,18 @@ def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
         fragment for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True) if used
     ]
     return head + "".join(fragments) + tail
+
+
+# The session writes (`convostore.backends.sql.writes`).
+WRITES: Final = SessionWrites(
+    statements=STATEMENTS,
+    missing_users=MISSING_USERS,
+    insert_user=INSERT_USER_IF_ABSENT,
+    select_parent=SELECT_PARENT,
+    lock_parent=LOCK_PARENT,
+    insert_session=INSERT_SESSION,
+    session_row=new_session_row,
+    update_session=UPDATE_SESSION,
+    delete_entries=DELETE_METADATA_ENTRIES,
+    keys=KEY_STATEMENTS,
+)

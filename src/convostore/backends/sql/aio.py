@@ -54,6 +54,11 @@ class Driver(abc.ABC, Generic[C]):
     def transaction(self, connection: C) -> AbstractAsyncContextManager[Any]:
         """One transaction: committed when the block ends, rolled back when it raises."""
 
+    def duplicate(self, error: Exception) -> bool:
+        """Whether ``error`` is a unique key refusing a row, which leaves the transaction
+        going on (where a refusal aborts the transaction, False: the error is raised)."""
+        return False
+
     def retryable(self, error: BaseException) -> bool:
         """Whether a transaction that raised ``error`` may succeed when run again (the
         database ended it as a deadlock victim, a serialization failure, a lock wait
@@ -79,7 +84,12 @@ async def drive(driver: Driver[C], connection: C, steps: Steps[T]) -> T:
             await driver.execute_many(connection, statement, parameters)
             answer = None
         else:
-            answer = await driver.execute(connection, statement, parameters)
+            try:
+                answer = await driver.execute(connection, statement, parameters)
+            except Exception as error:
+                if query.answer != "insert" or not driver.duplicate(error):
+                    raise
+                answer = False
 
 
 async def in_transaction(

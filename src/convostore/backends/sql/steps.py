@@ -6,7 +6,7 @@ an asyncio `Driver` (MySQL, PostgreSQL)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -27,19 +27,23 @@ class RollbackAndReturn(Exception):
 class Query:
     """One statement to run and what to send back: ``one`` its first row (or None),
     ``all`` its rows, ``count`` the rows it changed, ``many`` nothing (``parameters``
-    is a list of rows, run once each)."""
+    is a list of rows, run once each), ``insert`` whether it inserted (False where a
+    unique key refused the row)."""
 
     statement: str
     parameters: Any = None
-    answer: Literal["one", "all", "count", "many"] = "one"
+    answer: Literal["one", "all", "count", "many", "insert"] = "one"
 
 
 Steps = Generator[Query, Any, T]
 
 
-def drive(connection: Any, steps: Steps[T]) -> T:
+def drive(
+    connection: Any, steps: Steps[T], is_duplicate: Callable[[Exception], bool] = lambda e: False
+) -> T:
     """Run ``steps`` on a DB-API connection with ``execute`` and ``executemany``
-    (sqlite3's)."""
+    (sqlite3's); ``is_duplicate`` tells a unique key's refusal, which leaves the
+    transaction going on, from other errors (none, where writes run one at a time)."""
     answer: Any = None
     while True:
         try:
@@ -51,10 +55,18 @@ def drive(connection: Any, steps: Steps[T]) -> T:
             connection.executemany(query.statement, query.parameters)
             answer = None
             continue
-        cursor = connection.execute(query.statement, query.parameters or ())
+        try:
+            cursor = connection.execute(query.statement, query.parameters or ())
+        except Exception as error:
+            if query.answer != "insert" or not is_duplicate(error):
+                raise
+            answer = False
+            continue
         if query.answer == "one":
             answer = cursor.fetchone()
         elif query.answer == "all":
             answer = cursor.fetchall()
-        else:
+        elif query.answer == "count":
             answer = cursor.rowcount
+        else:
+            answer = True

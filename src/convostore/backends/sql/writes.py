@@ -1,6 +1,7 @@
 """Writes every SQL backend runs alike, written once without I/O (`steps`): the
-metadata index's key adds and drops (SQLite, MySQL, PostgreSQL). What the statements
-found is decided by `convostore.backends.sql.decisions`.
+metadata index's key adds and drops (SQLite, MySQL, PostgreSQL), and the session writes
+of a backend whose writes serialise on row locks or run one at a time (SQLite, MySQL).
+What the statements found is decided by `convostore.backends.sql.decisions`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from convostore.backends.sql import decisions
+from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.statements import Statements
-from convostore.backends.sql.steps import Query, Steps
+from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
+from convostore.model import Session, User
+from convostore.prepare import NewSession, SessionChanges, owned_by_parent
 
-__all__ = ["KeyStatements", "add_indexed_keys", "remove_indexed_key"]
+__all__ = [
+    "KeyStatements",
+    "SessionWrites",
+    "add_indexed_keys",
+    "find_or_insert_part",
+    "insert_session",
+    "insert_users",
+    "remove_indexed_key",
+    "require_users",
+    "update_session",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +41,129 @@ class KeyStatements:
     sessions_with_key: str
     insert_entry: str
     entry: Callable[[str, str, str], tuple[Any, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWrites:
+    """A backend's statements of the session writes, beside its shared ``statements``:
+
+    - ``missing_users``: the ids of a list (one parameter, ``statements.dialect.strings``)
+      that name no stored user; ``insert_user``: a user (`user_values`) unless stored;
+    - ``select_parent``, ``lock_parent``: a session's owner_id and part_of by id, the
+      second under the row lock the write keeps (the same statement where writes run
+      one at a time);
+    - ``insert_session``: a session, of parameters ``session_row(new)``;
+    - ``update_session``: title, metadata, expires_at, new stamp, id, expected stamp (the
+      changed row back where the dialect has RETURNING, else how many rows changed);
+    - ``delete_entries``: a session's metadata index entries (its id); ``keys``: how
+      one entry is inserted.
+    """
+
+    statements: Statements
+    missing_users: str
+    insert_user: str
+    select_parent: str
+    lock_parent: str
+    insert_session: str
+    session_row: Callable[[NewSession], tuple[Any, ...]]
+    update_session: str
+    delete_entries: str
+    keys: KeyStatements
+
+
+# ---------------------------------------------------------------------------- steps
+
+
+def _session_exists(w: SessionWrites, session_id: str) -> Steps[bool]:
+    (count,) = yield Query(w.statements.session_exists, {"id": session_id})
+    return int(count) > 0
+
+
+def require_users(
+    w: SessionWrites, users: tuple[User, ...], required: tuple[str, ...]
+) -> Steps[None]:
+    wanted = decisions.unconfirmed_users(users, required)
+    if not wanted:
+        return
+    strings = w.statements.dialect.strings(wanted)
+    found = {row[0] for row in (yield Query(w.missing_users, (strings,), "all"))}
+    missing = [user_id for user_id in wanted if user_id in found]
+    if missing:
+        raise decisions.unknown_users(missing)
+
+
+def insert_users(w: SessionWrites, users: tuple[User, ...]) -> Steps[None]:
+    """Insert the users that are not stored; a stored user is never overwritten."""
+    if users:
+        yield Query(w.insert_user, [user_values(user) for user in users], "many")
+
+
+def _index_metadata(
+    w: SessionWrites, session_id: str, pairs: tuple[tuple[str, str], ...]
+) -> Steps[None]:
+    if pairs:
+        rows = [w.keys.entry(name, value, session_id) for name, value in pairs]
+        yield Query(w.keys.insert_entry, rows, "many")
+
+
+def insert_session(w: SessionWrites, new: NewSession, if_absent: bool) -> Steps[Session | None]:
+    """`Backend.insert_session`: the checks in the order the contract gives them."""
+    session = new.session
+    if (yield from _session_exists(w, session.id)):
+        decisions.refuse_existing(session, if_absent)
+        return None
+    yield from require_users(w, new.users_to_insert, new.required_user_ids)
+    if session.part_of is not None:
+        decisions.check_parent(session, (yield Query(w.select_parent, (session.part_of,))))
+    yield from insert_users(w, new.users_to_insert)
+    if not (yield Query(w.insert_session, w.session_row(new), "insert")):
+        # Inserted by another transaction since the look above (where writes take row
+        # locks): what was written goes with the transaction.
+        decisions.refuse_existing(session, if_absent)
+        raise RollbackAndReturn(None)
+    yield from _index_metadata(w, session.id, new.indexed_metadata)
+    return session
+
+
+def find_or_insert_part(w: SessionWrites, new: NewSession) -> Steps[Session]:
+    """Under the parent's row lock (or the one write lock) no other part can appear
+    between the look and the insert, so every caller settles on the earliest part."""
+    new = owned_by_parent(new, (yield Query(w.lock_parent, (new.session.part_of,))))
+    session = new.session
+    parameters = {"part_of": session.part_of, "held_with": session.held_with}
+    found = yield Query(w.statements.find_part, parameters)
+    if found is not None:
+        return w.statements.dialect.rows.session(found)
+    inserted = yield from insert_session(w, new, False)
+    assert inserted is not None  # Absent, or the look above would have found it.
+    return inserted
+
+
+def update_session(w: SessionWrites, changes: SessionChanges) -> Steps[Session]:
+    """`Backend.update_session`, guarded by the session's stamp."""
+    dialect = w.statements.dialect
+    expires_at = None if changes.expires_at is None else dialect.time_param(changes.expires_at)
+    parameters = (
+        changes.title,
+        changes.metadata_json,
+        expires_at,
+        changes.new_stamp,
+        changes.session_id,
+        changes.expected_stamp,
+    )
+    if dialect.returning:
+        row = yield Query(w.update_session, parameters)
+        changed = row is not None
+    else:
+        row, changed = None, (yield Query(w.update_session, parameters, "count")) > 0
+    if not changed:
+        exists = yield from _session_exists(w, changes.session_id)
+        raise decisions.stale_or_missing(changes.session_id, exists)
+    yield Query(w.delete_entries, (changes.session_id,), "count")
+    yield from _index_metadata(w, changes.session_id, changes.indexed_metadata)
+    if row is None:
+        row = yield Query(w.statements.select_session, {"id": changes.session_id})
+    return dialect.rows.session(row)
 
 
 # ---------------------------------------------------------------------------- the metadata index

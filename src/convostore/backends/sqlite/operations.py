@@ -14,25 +14,21 @@ from collections.abc import Iterable
 from typing import Any
 
 from convostore._time import to_micros
+from convostore.backends.sql import writes
 from convostore.backends.sql.decisions import (
-    check_parent,
     event_conditions,
     missing_session,
     read_parameters,
-    refuse_existing,
     replay_or_conflict,
-    stale_or_missing,
     unconfirmed_users,
-    unknown_users,
 )
+from convostore.backends.sql.steps import drive
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import RollbackAndReturn
 from convostore.backends.sqlite.event_cache import EventCache, read_through
 from convostore.backends.sqlite.rows import (
     event_from_row,
     event_values,
-    session_from_row,
-    session_values,
     user_values,
 )
 from convostore.filters import (
@@ -47,7 +43,6 @@ from convostore.prepare import (
     NewSession,
     PreparedAppend,
     SessionChanges,
-    owned_by_parent,
 )
 
 __all__ = [
@@ -81,27 +76,12 @@ def _require_users(
 ) -> None:
     """`UnknownUserError` for a required id that is neither stored nor given as a
     `User` in the same call."""
-    wanted = unconfirmed_users(users, required)
-    if not wanted:
-        return
-    missing = [row[0] for row in connection.execute(sql.MISSING_USERS, (_json_list(wanted),))]
-    if missing:
-        raise unknown_users(missing)
+    drive(connection, writes.require_users(sql.WRITES, users, required))
 
 
 def _insert_users(connection: Connection, users: tuple[User, ...]) -> None:
     """Insert the users that are not stored; a stored user is never overwritten."""
-    if users:
-        connection.executemany(sql.INSERT_USER_IF_ABSENT, [user_values(user) for user in users])
-
-
-def _index_metadata(
-    connection: Connection, session_id: str, pairs: tuple[tuple[str, str], ...]
-) -> None:
-    if pairs:
-        connection.executemany(
-            sql.INSERT_METADATA_ENTRY, [(name, value, session_id) for name, value in pairs]
-        )
+    drive(connection, writes.insert_users(sql.WRITES, users))
 
 
 def _session_exists(connection: Connection, session_id: str) -> bool:
@@ -115,52 +95,15 @@ def write_put_user(connection: Connection, user: User) -> None:
 def write_insert_session(
     connection: Connection, new: NewSession, if_absent: bool
 ) -> Session | None:
-    session = new.session
-    if _session_exists(connection, session.id):
-        refuse_existing(session, if_absent)
-        return None
-    _require_users(connection, new.users_to_insert, new.required_user_ids)
-    if session.part_of is not None:
-        check_parent(session, connection.execute(sql.SELECT_PARENT, (session.part_of,)).fetchone())
-    _insert_users(connection, new.users_to_insert)
-    connection.execute(sql.INSERT_SESSION, session_values(new))
-    _index_metadata(connection, session.id, new.indexed_metadata)
-    return session
+    return drive(connection, writes.insert_session(sql.WRITES, new, if_absent))
 
 
 def write_find_or_insert_part(connection: Connection, new: NewSession) -> Session:
-    """Under the write lock no other part can appear between the look and the insert,
-    so every caller settles on the earliest part."""
-    parent = connection.execute(sql.SELECT_PARENT, (new.session.part_of,)).fetchone()
-    new = owned_by_parent(new, parent)
-    session = new.session
-    found = connection.execute(
-        sql.STATEMENTS.find_part, {"part_of": session.part_of, "held_with": session.held_with}
-    ).fetchone()
-    if found is not None:
-        return session_from_row(found)
-    inserted = write_insert_session(connection, new, False)
-    assert inserted is not None  # Absent, or the look above would have found it.
-    return inserted
+    return drive(connection, writes.find_or_insert_part(sql.WRITES, new))
 
 
 def write_update_session(connection: Connection, changes: SessionChanges) -> Session:
-    row = connection.execute(
-        sql.UPDATE_SESSION,
-        (
-            changes.title,
-            changes.metadata_json,
-            None if changes.expires_at is None else to_micros(changes.expires_at),
-            changes.new_stamp,
-            changes.session_id,
-            changes.expected_stamp,
-        ),
-    ).fetchone()
-    if row is None:
-        raise stale_or_missing(changes.session_id, _session_exists(connection, changes.session_id))
-    connection.execute(sql.DELETE_METADATA_ENTRIES, (changes.session_id,))
-    _index_metadata(connection, changes.session_id, changes.indexed_metadata)
-    return session_from_row(row)
+    return drive(connection, writes.update_session(sql.WRITES, changes))
 
 
 def write_changed(connection: Connection, statement: str, parameters: Any) -> int:

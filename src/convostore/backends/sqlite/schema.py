@@ -24,7 +24,7 @@ from convostore.backends.sql.migrate import (
 from convostore.backends.sql.statements import SESSION_INDEXES
 from convostore.backends.sql.steps import drive
 from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
-from convostore.backends.sqlite.statements import KEYS, STATEMENTS
+from convostore.backends.sqlite.statements import STATEMENTS, WRITES
 from convostore.backends.sqlite.url import SQLiteTarget
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database", "read_pending_migrations"]
@@ -381,7 +381,7 @@ def _migrate(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
 
 def write_indexed_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> frozenset[str]:
     """`writes.add_indexed_keys` in the caller's write transaction."""
-    return drive(connection, writes.add_indexed_keys(STATEMENTS, KEYS, keys))
+    return drive(connection, writes.add_indexed_keys(STATEMENTS, WRITES.keys, keys))
 
 
 def write_unindexed_key(connection: sqlite3.Connection, key: str) -> bool:

@@ -20,8 +20,8 @@ from convostore.backends.sql.statements import (
     Statements,
     columns,
 )
-from convostore.backends.sql.values import json_list
-from convostore.backends.sql.writes import KeyStatements
+from convostore.backends.sql.values import json_list, session_values
+from convostore.backends.sql.writes import KeyStatements, SessionWrites
 from convostore.backends.sqlite.connection import CONTAINS_FUNCTION
 from convostore.backends.sqlite.rows import READER
 
@@ -99,14 +99,28 @@ INSERT_METADATA_ENTRY: Final = (
     "INSERT INTO session_metadata (name, value, session_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
 )
 DELETE_METADATA_ENTRIES: Final = "DELETE FROM session_metadata WHERE session_id = ?"
-# Adding an indexed key (`convostore.backends.sql.writes.add_indexed_keys`).
-KEYS: Final = KeyStatements(
-    insert_key="INSERT INTO indexed_metadata_keys (name) VALUES (:name) ON CONFLICT DO NOTHING",
-    sessions_with_key=(
-        "SELECT id, metadata FROM sessions WHERE json_type(metadata, :path) IS NOT NULL"
+# The session writes (`convostore.backends.sql.writes`): one write runs at a time, so
+# the parent's row needs no lock of its own.
+WRITES: Final = SessionWrites(
+    statements=STATEMENTS,
+    missing_users=MISSING_USERS,
+    insert_user=INSERT_USER_IF_ABSENT,
+    select_parent=SELECT_PARENT,
+    lock_parent=SELECT_PARENT,
+    insert_session=INSERT_SESSION,
+    session_row=session_values,
+    update_session=UPDATE_SESSION,
+    delete_entries=DELETE_METADATA_ENTRIES,
+    keys=KeyStatements(
+        insert_key=(
+            "INSERT INTO indexed_metadata_keys (name) VALUES (:name) ON CONFLICT DO NOTHING"
+        ),
+        sessions_with_key=(
+            "SELECT id, metadata FROM sessions WHERE json_type(metadata, :path) IS NOT NULL"
+        ),
+        insert_entry=INSERT_METADATA_ENTRY,
+        entry=lambda name, value, session_id: (name, value, session_id),
     ),
-    insert_entry=INSERT_METADATA_ENTRY,
-    entry=lambda name, value, session_id: (name, value, session_id),
 )
 
 # ---------------------------------------------------------------------------- the log
