@@ -41,7 +41,7 @@ from convostore.backends.mysql.schema import (
     refuse_newer,
     server_facts,
 )
-from convostore.backends.mysql.statements import INSERT_METADATA_ENTRY
+from convostore.backends.mysql.statements import INSERT_METADATA_ENTRY, LOCK_INDEXED_KEYS
 from convostore.backends.mysql.url import MySQLTarget
 from convostore.backends.sql.decisions import backfill
 from convostore.errors import BackendUnavailableError
@@ -160,6 +160,8 @@ async def add_indexed_keys(connection: Connection, keys: frozenset[str]) -> froz
     for name in sorted(keys - indexed):
         await connection.begin()
         try:
+            # Session writes in flight commit first; later ones wait for this one.
+            await fetch_all(connection, LOCK_INDEXED_KEYS)
             added = await execute(connection, INSERT_INDEXED_KEY, (name,))
             if added:
                 # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
@@ -181,7 +183,9 @@ async def add_indexed_keys(connection: Connection, keys: frozenset[str]) -> froz
 
 
 async def remove_indexed_key(connection: Connection, key: str) -> bool:
-    """Stop indexing ``key`` and delete its entries (in the caller's transaction)."""
+    """Stop indexing ``key`` and delete its entries (in the caller's transaction), once
+    every session write in flight has committed."""
+    await fetch_all(connection, LOCK_INDEXED_KEYS)
     if not await execute(connection, DELETE_INDEXED_KEY, (key,)):
         return False
     await execute(connection, DELETE_KEY_ENTRIES, (key,))

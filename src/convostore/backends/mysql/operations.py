@@ -146,14 +146,26 @@ async def _insert_users(connection: Connection, users: tuple[User, ...]) -> None
         )
 
 
+async def _share_indexed_keys(connection: Connection) -> None:
+    """Taken first in a write that indexes metadata, before any row lock a key add's
+    backfill could wait on (see `convostore.backends.sql.statements`)."""
+    await fetch_all(connection, sql.SHARE_INDEXED_KEYS)
+
+
 async def _index_metadata(
-    connection: Connection, session_id: str, pairs: tuple[tuple[str, str], ...]
+    connection: Connection, session_id: str, candidates: tuple[tuple[str, str], ...]
 ) -> None:
-    if pairs:
+    """Index the candidate entries whose key the database indexes now (read after
+    `_share_indexed_keys`, which the transaction holds)."""
+    if not candidates:
+        return
+    indexed = await fetch_all(connection, sql.STATEMENTS.select_indexed_keys)
+    entries = decisions.kept_entries(candidates, (str(row[0]) for row in indexed))
+    if entries:
         await _execute_many(
             connection,
             sql.INSERT_METADATA_ENTRY,
-            [(session_id, name, value[:VALUE_PREFIX_LENGTH], value) for name, value in pairs],
+            [(session_id, name, value[:VALUE_PREFIX_LENGTH], value) for name, value in entries],
         )
 
 
@@ -163,6 +175,8 @@ async def write_insert_session(
     session = new.session
     row = new_session_row(new)
     check_size(row, limit, "the session")
+    if new.indexed_metadata:
+        await _share_indexed_keys(connection)
     if await _session_exists(connection, session.id):
         decisions.refuse_existing(session, if_absent)
         return None
@@ -188,6 +202,8 @@ async def write_insert_session(
 async def write_find_or_insert_part(connection: Connection, new: NewSession, limit: int) -> Session:
     """Under the parent's row lock no other part can appear between the look and the
     insert, so every caller settles on the earliest part."""
+    if new.indexed_metadata:
+        await _share_indexed_keys(connection)
     parent = await fetch_one(connection, sql.LOCK_PARENT, (new.session.part_of,))
     new = owned_by_parent(new, parent)
     session = new.session
@@ -215,6 +231,8 @@ async def write_update_session(
         changes.expected_stamp,
     )
     check_size(parameters, limit, "the session")
+    # Always: the old metadata's entries go, and a key add must not backfill them meanwhile.
+    await _share_indexed_keys(connection)
     if not await execute(connection, sql.UPDATE_SESSION, parameters):
         exists = await _session_exists(connection, changes.session_id)
         raise decisions.stale_or_missing(changes.session_id, exists)

@@ -111,6 +111,20 @@ def _entries(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
 async def insert_session(
     connection: Connection, new: NewSession, if_absent: bool
 ) -> Session | None:
+    """One statement, in a transaction after the SHARE lock on the indexed keys when the
+    session has metadata to index (`convostore.backends.sql.statements`): BEGIN, the
+    lock and the insert travel in one round trip."""
+    if not new.indexed_metadata:
+        # Nothing a key add could backfill: no lock to take.
+        return await _insert_session(connection, new, if_absent)
+    async with connection.pipeline(), connection.transaction():
+        await connection.execute(sql.SHARE_INDEXED_KEYS)
+        return await _insert_session(connection, new, if_absent)
+
+
+async def _insert_session(
+    connection: Connection, new: NewSession, if_absent: bool
+) -> Session | None:
     session = new.session
     row = await fetch_one(
         connection,
@@ -150,6 +164,9 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
     insert, so every caller settles on the earliest part."""
     session = new.session
     async with connection.pipeline(), connection.transaction():
+        if new.indexed_metadata:
+            # Before the parent's row lock, which a key add's backfill would wait on.
+            await connection.execute(sql.SHARE_INDEXED_KEYS)
         # Each statement sees what committed before it ran: the look runs after the lock
         # is granted, though BEGIN, the lock and the look travel in one round trip.
         locked = await connection.execute(sql.LOCK_PARENT, (session.part_of,))
@@ -162,12 +179,20 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
         row = await found.fetchone()
         if row is not None:
             return session_from_row(row)
-        inserted = await insert_session(connection, new, False)
+        inserted = await _insert_session(connection, new, False)
         assert inserted is not None  # Absent, or the look above would have found it.
         return inserted
 
 
 async def update_session(connection: Connection, changes: SessionChanges) -> Session:
+    """One statement after the SHARE lock on the indexed keys, always taken: the entries
+    the old metadata had go too, and a key add must not backfill them meanwhile."""
+    async with connection.pipeline(), connection.transaction():
+        await connection.execute(sql.SHARE_INDEXED_KEYS)
+        return await _update_session(connection, changes)
+
+
+async def _update_session(connection: Connection, changes: SessionChanges) -> Session:
     row = await fetch_one(
         connection,
         sql.UPDATE_SESSION,

@@ -23,7 +23,7 @@ from psycopg import AsyncConnection, sql
 from psycopg.errors import Error as DatabaseError
 
 from convostore.backends.migrations import pending
-from convostore.backends.postgresql.statements import STATEMENTS, VALUE_DIGEST
+from convostore.backends.postgresql.statements import LOCK_INDEXED_KEYS, STATEMENTS, VALUE_DIGEST
 from convostore.backends.sql.decisions import backfill
 from convostore.backends.sql.statements import SESSION_INDEXES
 from convostore.errors import SchemaVersionError
@@ -181,7 +181,9 @@ CREATE_SCHEMA_TABLE: Final = """CREATE TABLE convostore_schema (
 RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version) VALUES (%s)"
 SET_LOCAL_SEARCH_PATH: Final = "SELECT set_config('search_path', %s, true)"
 
-SESSIONS_WITH_KEY: Final = "SELECT id, metadata FROM sessions WHERE (metadata -> %s) IS NOT NULL"
+# Found in the JSON text, which `decisions.backfill` then reads: PostgreSQL cannot take
+# a value apart that holds a NUL (as the escape \u0000), which JSON may hold.
+SESSIONS_WITH_KEY: Final = "SELECT id, metadata FROM sessions WHERE strpos(metadata::text, %s) > 0"
 INSERT_KEY_ENTRIES: Final = """INSERT INTO session_metadata (name, value, session_id)
     SELECT %s, entry.value, entry.session_id
     FROM unnest(%s::text[], %s::text[]) AS entry (value, session_id)
@@ -323,10 +325,13 @@ async def add_indexed_keys(
         if keys <= indexed:
             return frozenset(indexed)
         await connection.execute(*lock)
+        # Every session write in flight commits first; later ones wait for this one.
+        await connection.execute(LOCK_INDEXED_KEYS)
         indexed = await _indexed_keys(connection)
         for name in sorted(keys - indexed):
             await connection.execute(STATEMENTS.insert_indexed_key, {"name": name})
-            rows = await (await connection.execute(SESSIONS_WITH_KEY, (name,))).fetchall()
+            quoted = f'"{name}"'  # Key names are [A-Za-z0-9_.:-]: JSON quotes them as is.
+            rows = await (await connection.execute(SESSIONS_WITH_KEY, (quoted,))).fetchall()
             entries = backfill(name, rows)
             await connection.execute(
                 INSERT_KEY_ENTRIES, (name, [v for v, _ in entries], [i for _, i in entries])
@@ -340,8 +345,10 @@ async def _indexed_keys(connection: AsyncConnection[Any]) -> set[str]:
 
 
 async def remove_indexed_key(connection: AsyncConnection[Any], key: str) -> bool:
-    """Forget ``key`` and its entries, in one transaction."""
+    """Forget ``key`` and its entries, in one transaction, once every session write in
+    flight has committed (so none leaves an entry of it behind)."""
     async with connection.transaction():
-        await connection.execute(STATEMENTS.delete_key_entries, {"name": key})
+        await connection.execute(LOCK_INDEXED_KEYS)
         cursor = await connection.execute(STATEMENTS.delete_indexed_key, {"name": key})
+        await connection.execute(STATEMENTS.delete_key_entries, {"name": key})
         return cursor.rowcount > 0

@@ -111,8 +111,8 @@ async def test_keys_added_and_dropped_while_sessions_are_written(
         finally:
             settled.set()
 
-    *written, _ = await asyncio.gather(
-        *(_write_while_keys_change(w, n, settled) for n, w in enumerate(writers)),
+    written, _ = await asyncio.gather(
+        asyncio.gather(*(_write_while_keys_change(w, n, settled) for n, w in enumerate(writers))),
         change_keys(),
     )
     colours = {session_id: colour for each in written for session_id, colour in each.items()}
@@ -121,3 +121,19 @@ async def test_keys_added_and_dropped_while_sessions_are_written(
         found = await reader.find_sessions_by_metadata("colour", colour)
         expected = sorted(i for i, c in colours.items() if c == colour)
         assert [session.id for session in found] == expected, colour
+
+
+async def test_a_key_some_of_whose_values_no_lookup_could_name_can_be_indexed(
+    store: Store, connect_store: StoreFactory
+) -> None:
+    _require_shared_database(store)
+    # JSON holds a NUL as an escape, but an index value cannot hold one.
+    unnamable = await new_session(store, metadata={"note": "a\x00b"})
+    plain = await new_session(store, metadata={"note": "plain"})
+    indexing = await connect_store(indexed_metadata=["note"])
+    assert await indexing.find_sessions_by_metadata("note", "plain") == [plain]
+    # A store that has not seen the key added writes such a value, left out of the index.
+    written = await new_session(store, metadata={"note": "c\x00d", "other": 1})
+    assert await store.get_session(written.id) == written
+    assert await store.get_session(unnamable.id) == unnamable
+    assert await indexing.find_sessions_by_metadata("note", "plain") == [plain]
