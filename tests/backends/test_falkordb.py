@@ -184,7 +184,7 @@ async def _entries(store: Store) -> dict[str, list[str]]:
     return {session_id: sorted(entries or []) for session_id, entries in rows}
 
 
-async def test_adding_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_same(
+async def test_recording_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_same(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = await convostore.connect(url, indexed_metadata=["tenant"])
@@ -201,14 +201,15 @@ async def test_adding_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_sam
             return await run(query, parameters, write=write)
 
         monkeypatch.setattr(backend, "_run", counting)
-        # One write query is one transaction on FalkorDB: a failure (or a crash) leaves
-        # the key recorded with every entry, or neither.
+        # The first query only marks the key as being indexed (writes from then on index
+        # it themselves); the second, one transaction on FalkorDB, records it with every
+        # entry: a failure (or a crash) leaves the key indexed with every entry, or not.
         assert await backend.add_indexed_keys(frozenset({"colour"})) == {"tenant", "colour"}
-        assert len(writes) == 1
+        assert len(writes) == 2
         added = await _entries(store)
         assert all(len(entries) == 2 for entries in added.values())
         # A retry after a lost reply runs the same query again: nothing doubles.
-        await run(*writes[0], write=True)
+        await run(*writes[1], write=True)
         assert await _entries(store) == added
         assert await backend.indexed_keys() == {"tenant", "colour"}
         writes.clear()
