@@ -17,7 +17,6 @@ from convostore._time import to_micros
 from convostore.backends.sql.decisions import (
     check_parent,
     event_conditions,
-    kept_entries,
     missing_session,
     read_parameters,
     refuse_existing,
@@ -99,15 +98,11 @@ def _insert_users(connection: Connection, users: tuple[User, ...]) -> None:
 def _index_metadata(
     connection: Connection, session_id: str, candidates: tuple[tuple[str, str], ...]
 ) -> None:
-    """Index the candidate entries whose key the database indexes now: read in this
-    write transaction, which no other write (a key add or drop included) interleaves."""
-    if not candidates:
-        return
-    indexed = (row[0] for row in connection.execute(sql.STATEMENTS.select_indexed_keys))
-    entries = kept_entries(candidates, indexed)
-    if entries:
+    """Index the candidate entries whose key the database indexes now, as this write
+    transaction (which no key add or drop interleaves) finds it."""
+    if candidates:
         connection.executemany(
-            sql.INSERT_METADATA_ENTRY, [(name, value, session_id) for name, value in entries]
+            sql.INSERT_METADATA_ENTRY, [(name, value, session_id) for name, value in candidates]
         )
 
 
