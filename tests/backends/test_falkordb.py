@@ -21,11 +21,13 @@ from convostore import (
     EventFilter,
     InvalidArgumentError,
     MessageWrite,
+    NotIndexedError,
     Role,
     SchemaVersionError,
     Store,
     User,
 )
+from convostore.backends.cypher.values import metadata_entry
 from convostore.embedding import HashingEmbedder
 from tests.backends.support import missing_driver, server_unavailable
 
@@ -220,6 +222,30 @@ async def test_recording_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_
         assert await backend.indexed_keys() == {"colour"}
         (found,) = await store.find_sessions_by_metadata("colour", "c3")
         assert found.metadata["colour"] == "c3"
+    finally:
+        await store.close()
+
+
+async def test_a_key_marked_but_not_yet_recorded_is_written_but_not_searchable(
+    url: str,
+) -> None:
+    """What an add that stopped after marking its key leaves: writes index the key, a
+    lookup refuses it, and the next add of it backfills the rest."""
+    store = await convostore.connect(url)
+    try:
+        before = await store.create_session(ADA, metadata={"colour": "red"})
+        await falkor_of(store).graph.query(
+            "MATCH (c:ConvostoreSchema {key: 'convostore'}) SET c.indexing_keys = ['colour']"
+        )
+        during = await store.create_session(ADA, metadata={"colour": "red"})
+        assert await _entries(store) == {
+            before.id: [],
+            during.id: [metadata_entry("colour", "red")],
+        }
+        with pytest.raises(NotIndexedError):
+            await store.find_sessions_by_metadata("colour", "red")
+        assert await falkor_of(store).add_indexed_keys(frozenset({"colour"})) == {"colour"}
+        assert await store.find_sessions_by_metadata("colour", "red") == [before, during]
     finally:
         await store.close()
 

@@ -262,7 +262,7 @@ SESSION_VERSION: Final = "MATCH (s:Session {id: $id}) RETURN s.version"
 _KEYSET = f" OPTIONAL MATCH (keyset:{SCHEMA_LABEL} {{key: $schema_key}})"
 _KEPT_ENTRIES = (
     "[e IN $entries WHERE e.name IN"
-    " coalesce(keyset.indexed_keys, []) + coalesce(keyset.indexing_keys, []) | e.entry]"
+    " (coalesce(keyset.indexed_keys, []) + coalesce(keyset.indexing_keys, [])) | e.entry]"
 )
 # One query checks the id, the users and the parent (and, for a part, looks for an
 # existing one first), then inserts the session with its users and relationships only
