@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import itertools
 import os
@@ -29,7 +30,6 @@ from convostore import (
     Role,
     SchemaVersionError,
     Store,
-    StoreError,
     User,
 )
 
@@ -46,6 +46,7 @@ import asyncmy
 from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, MySQLTarget, parse_mysql_url
 from convostore.backends.mysql.connection import RollbackAndReturn, in_transaction
 from convostore.backends.mysql.operations import fetch_all, fetch_one
+from tests.backends.faults import appends_survive_a_restart, the_pool_recovers
 from tests.backends.support import served, server_unavailable
 from tests.servers.mariadb import (
     MariaDBServer,
@@ -534,35 +535,24 @@ async def test_killed_connections_are_unavailable_and_the_pool_recovers(
     server: TestServer, stores: Stores
 ) -> None:
     store = await stores.open(url_options={"pool_min_size": 2, "pool_max_size": 2})
-    session = await store.create_session(ADA)
-    await asyncio.gather(*(store.add_message(session.id, say(str(i))) for i in range(4)))
-    ids = await admin(
-        server,
-        "SELECT id FROM information_schema.processlist WHERE db = %s",
-        (stores.database,),
-    )
-    assert ids
-    for (connection_id,) in ids:
-        with contextlib.suppress(asyncmy.errors.MySQLError):
-            await admin(server, f"KILL CONNECTION {int(connection_id)}")
-    failures: list[BackendUnavailableError] = []
-    for attempt in range(10):
-        try:
-            await store.add_message(session.id, say(f"after {attempt}"))
-            break
-        except BackendUnavailableError as error:
-            failures.append(error)
-    else:
-        pytest.fail("the pool never recovered")
-    assert len(failures) <= 2  # at most one per pooled connection
-    assert all(isinstance(f.__cause__, asyncmy.errors.MySQLError | OSError) for f in failures)
-    assert await store.version(session.id) == 5
+
+    async def kill_connections() -> None:
+        ids = await admin(
+            server,
+            "SELECT id FROM information_schema.processlist WHERE db = %s",
+            (stores.database,),
+        )
+        assert ids
+        for (connection_id,) in ids:
+            with contextlib.suppress(asyncmy.errors.MySQLError):
+                await admin(server, f"KILL CONNECTION {int(connection_id)}")
+
+    await the_pool_recovers(store, kill_connections, (asyncmy.errors.MySQLError, OSError))
 
 
 async def test_appends_that_returned_survive_a_server_crash() -> None:
-    """Writers append while the server is killed and started again: those appends fail
-    as `BackendUnavailableError`, the pool reconnects, and every append that returned
-    is in the log afterwards, with no gap and no half-written batch."""
+    """Writers append while the server is killed and started again
+    (`faults.appends_survive_a_restart`)."""
     try:
         own = MariaDBServer(durable=True)
         own.start()
@@ -572,47 +562,7 @@ async def test_appends_that_returned_survive_a_server_crash() -> None:
         url = own.url("restart") + "?pool_max_size=4&pool_timeout=20&connect_timeout=5"
         store = await convostore.connect(url)
         try:
-            session = await store.create_session(ADA)
-            returned: list[str] = []
-            failed: list[StoreError] = []
-            stop = asyncio.Event()
-            progress = asyncio.Condition()
-
-            async def writer(number: int) -> None:
-                for count in itertools.count():
-                    if stop.is_set():
-                        return
-                    writes = [say(f"{number}-{count}-a"), say(f"{number}-{count}-b")]
-                    try:
-                        version = await store.version(session.id)
-                        if await store.append_events(session.id, writes, version):
-                            returned.append(f"{number}-{count}")
-                            async with progress:
-                                progress.notify_all()
-                    except BackendUnavailableError as error:
-                        failed.append(error)
-                        await asyncio.sleep(0.05)
-
-            async def appended(count: int) -> None:
-                async with progress:
-                    await progress.wait_for(lambda: len(returned) >= count)
-
-            writers = [asyncio.create_task(writer(n)) for n in range(4)]
-            await asyncio.wait_for(appended(10), 30)
-            before = len(returned)
-            await asyncio.to_thread(own.restart, crash=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(appended(before + 20), 60)
-            stop.set()
-            await asyncio.gather(*writers)
-            assert failed, "the crash went unnoticed"
-            assert len(returned) >= before + 20, "the pool did not recover"
-            log = await store.read(session.id)
-            assert [event.seq for event in log] == list(range(1, len(log) + 1))
-            assert await store.version(session.id) == len(log) // 2
-            contents = [event.content for event in log if isinstance(event, Message)]
-            assert all(a[:-1] == b[:-1] for a, b in zip(contents[::2], contents[1::2], strict=True))
-            assert {c[:-2] for c in contents} >= set(returned)
+            await appends_survive_a_restart(store, functools.partial(own.restart, crash=True))
         finally:
             await store.close()
     finally:

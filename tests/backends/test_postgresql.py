@@ -6,7 +6,6 @@ does is the contract suite's (tests/contract)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import os
@@ -32,6 +31,7 @@ from convostore import (
     User,
 )
 from convostore.embedding import HashingEmbedder, VectorIndexSpec
+from tests.backends.faults import appends_survive_a_restart, the_pool_recovers
 from tests.backends.support import missing_driver, server_unavailable
 from tests.servers.postgresql import (
     PostgresServer,
@@ -744,86 +744,31 @@ async def test_a_killed_connection_is_unavailable_and_the_pool_recovers(
     server: TestServer, stores: Stores
 ) -> None:
     store = await stores.open(url_options={"pool_min_size": 2, "pool_max_size": 2})
-    session = await store.create_session(ADA)
-    await asyncio.gather(*(store.add_message(session.id, say(str(i))) for i in range(4)))
-    await admin_rows(
-        server,
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-        " WHERE application_name = 'convostore' AND pid <> pg_backend_pid()"
-        " AND query NOT LIKE 'SELECT pg_terminate_backend%%'",
-    )
-    failures: list[BackendUnavailableError] = []
-    for attempt in range(20):
-        try:
-            await store.add_message(session.id, say(f"after {attempt}"))
-            break
-        except BackendUnavailableError as error:
-            failures.append(error)
-    else:
-        pytest.fail("the pool never recovered")
-    assert all(isinstance(f.__cause__, psycopg.OperationalError) for f in failures)
-    assert len(failures) <= 2  # at most one per pooled connection
-    assert await store.version(session.id) == 5
+
+    async def kill_connections() -> None:
+        await admin_rows(
+            server,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = 'convostore' AND pid <> pg_backend_pid()"
+            " AND query NOT LIKE 'SELECT pg_terminate_backend%%'",
+        )
+
+    await the_pool_recovers(store, kill_connections, psycopg.OperationalError)
 
 
 async def test_appends_that_returned_survive_a_server_restart() -> None:
-    """Writers append while the server restarts: those appends fail as
-    `BackendUnavailableError`, the pool reconnects, and every append that returned is in
-    the log afterwards, with no gap and no half-written batch."""
+    """Writers append while the server restarts (`faults.appends_survive_a_restart`)."""
     try:
         own = PostgresServer()
         own.start()
     except ServerUnavailable as why:
         server_unavailable("postgresql", str(why))
-        return
     try:
         url = own.url() + "?schema=restart&pool_max_size=4&pool_timeout=20"
         store = await convostore.connect(url)
         try:
-            session = await store.create_session(ADA)
-            returned: list[str] = []
-            failed: list[BaseException] = []
-            stop = asyncio.Event()
-
-            async def writer(number: int) -> None:
-                for count in itertools.count():
-                    if stop.is_set():
-                        return
-                    writes = [say(f"{number}-{count}-a"), say(f"{number}-{count}-b")]
-                    try:
-                        version = await store.version(session.id)
-                        if await store.append_events(session.id, writes, version):
-                            returned.append(f"{number}-{count}")
-                    except BackendUnavailableError as error:
-                        failed.append(error)
-                        await asyncio.sleep(0.05)
-
-            writers = [asyncio.create_task(writer(n)) for n in range(4)]
-            await asyncio.sleep(0.5)
-            before = len(returned)
-            await asyncio.to_thread(own.restart)
-            recovered = asyncio.Event()
-            wanted = before + 20
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_until(lambda: len(returned) >= wanted, recovered), 30)
-            stop.set()
-            await asyncio.gather(*writers)
-            assert failed, "the restart went unnoticed"
-            assert len(returned) >= before + 20, "the pool did not recover"
-            log = await store.read(session.id)
-            assert [event.seq for event in log] == list(range(1, len(log) + 1))
-            assert await store.version(session.id) == len(log) // 2
-            contents = [event.content for event in log if isinstance(event, convostore.Message)]
-            # Batches are whole: each a pair, next to each other.
-            assert all(a[:-1] == b[:-1] for a, b in zip(contents[::2], contents[1::2], strict=True))
-            assert {c[:-2] for c in contents} >= set(returned)
+            await appends_survive_a_restart(store, own.restart)
         finally:
             await store.close()
     finally:
         own.stop()
-
-
-async def _until(condition: Callable[[], bool], done: asyncio.Event) -> None:
-    while not condition():  # noqa: ASYNC110 - the condition is another task's progress
-        await asyncio.sleep(0.1)
-    done.set()

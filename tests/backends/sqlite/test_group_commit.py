@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +30,7 @@ from convostore.backends.sqlite.connection import (
 )
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.backends.sqlite.worker import ConnectionWorker
-
-ADA = User("ada", "Ada")
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    opened = await convostore.connect(f"sqlite:///{tmp_path / 'store.db'}")
-    yield opened
-    await opened.close()
+from tests.backends.sqlite.support import ADA
 
 
 async def queued_behind_a_held_writer(

@@ -5,13 +5,12 @@ prefix of the migration list and written by that schema's own statements and tri
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import convostore
-from convostore import EventWrite, MessageWrite, PageRequest, Role, SessionOrder, Store, User
+from convostore import EventWrite, MessageWrite, PageRequest, Role, SessionOrder, Store
 from convostore.backends.sqlite import SQLiteTarget
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import open_connection
@@ -23,24 +22,7 @@ from convostore.backends.sqlite.schema import (
 )
 from convostore.backends.sqlite.text_index import BATCH
 from convostore.ids import new_id
-
-ADA = User("ada", "Ada")
-
-
-def db_url(path: Path) -> str:
-    return f"sqlite:///{path}"
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "store.db"
-
-
-@pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[Store]:
-    opened = await convostore.connect(db_url(db_path))
-    yield opened
-    await opened.close()
+from tests.backends.sqlite.support import ADA, db_url
 
 
 def raw_rows(path: Path, statement: str) -> list[tuple[object, ...]]:

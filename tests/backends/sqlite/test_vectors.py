@@ -24,7 +24,7 @@ from convostore.backends.sqlite.connection import in_read_snapshot, open_connect
 from convostore.backends.sqlite.search import VectorCache
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.embedding import HashingEmbedder, Metric
-from tests.backends.test_sqlite import (
+from tests.backends.sqlite.support import (
     ADA,
     BOB,
     WIDTH,
@@ -80,11 +80,6 @@ def in_child(url: str, action: str, argument: str = "", seed: int = 0) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "vectors.db"
 
 
 @pytest.fixture

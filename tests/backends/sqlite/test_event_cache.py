@@ -4,14 +4,13 @@ seen, and never answers with an event whose row has changed or gone since."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 import convostore
-from convostore import EventFilter, EventWrite, HashingEmbedder, MessageWrite, Role, Store, User
+from convostore import EventFilter, EventWrite, HashingEmbedder, MessageWrite, Role, Store
 from convostore.backends.sqlite import SQLiteBackend, SQLiteTarget, event_cache
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import open_connection
@@ -19,25 +18,9 @@ from convostore.backends.sqlite.event_cache import EventCache, read_through
 from convostore.backends.sqlite.operations import read_events
 from convostore.backends.sqlite.rows import event_from_row
 from convostore.model import Event, Message
+from tests.backends.sqlite.support import ADA, db_url
 
-ADA = User("ada", "Ada")
 LAST_FOUR = EventFilter(last=4)
-
-
-def db_url(path: Path) -> str:
-    return f"sqlite:///{path}"
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "store.db"
-
-
-@pytest.fixture
-async def store(db_path: Path) -> AsyncIterator[Store]:
-    opened = await convostore.connect(db_url(db_path))
-    yield opened
-    await opened.close()
 
 
 def top_rowid(path: Path) -> int:
