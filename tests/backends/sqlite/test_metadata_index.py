@@ -4,28 +4,24 @@ key added since."""
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
 import convostore
 from convostore import User
+from tests.backends.sqlite.support import db_url, raw_rows
 
 ADA = User("ada", "Ada")
 
 
 def _entries(path: Path) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(path) as connection:
-        rows = connection.execute(
-            "SELECT session_id, name, value FROM session_metadata ORDER BY session_id, name"
-        ).fetchall()
-    connection.close()
-    return [(str(s), str(n), str(v)) for s, n, v in rows]
+    statement = "SELECT session_id, name, value FROM session_metadata ORDER BY session_id, name"
+    return [(str(s), str(n), str(v)) for s, n, v in raw_rows(path, statement)]
 
 
-async def test_entries_follow_the_keys_of_the_database_not_of_the_store(tmp_path: Path) -> None:
-    path = tmp_path / "keys.db"
-    url = f"sqlite:///{path}"
+async def test_entries_follow_the_keys_of_the_database_not_of_the_store(db_path: Path) -> None:
+    path = db_path
+    url = db_url(path)
     async with await convostore.connect(url, indexed_metadata=["tenant"]) as stale:
         first = await stale.create_session(ADA, metadata={"tenant": "acme", "colour": "red"})
         assert _entries(path) == [(first.id, "tenant", "acme")]
