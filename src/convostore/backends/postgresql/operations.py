@@ -111,41 +111,35 @@ def _entries(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
 async def insert_session(
     connection: Connection, new: NewSession, if_absent: bool
 ) -> Session | None:
-    """One statement, in a transaction after the SHARE lock on the indexed keys when the
-    session has metadata to index (`convostore.backends.sql.statements`): BEGIN, the
-    lock and the insert travel in one round trip."""
-    if not new.indexed_metadata:
-        # Nothing a key add could backfill: no lock to take.
-        return await _insert_session(connection, new, if_absent)
-    async with connection.pipeline(), connection.transaction():
-        await connection.execute(sql.SHARE_INDEXED_KEYS)
-        return await _insert_session(connection, new, if_absent)
+    """One statement: see `statements.LOCK_INDEXED_KEYS` for how it keeps the metadata
+    index whole while keys are added and dropped."""
+    row = await fetch_one(connection, sql.INSERT_SESSION, _insert_parameters(new))
+    return _inserted(new, row, if_absent)
 
 
-async def _insert_session(
-    connection: Connection, new: NewSession, if_absent: bool
-) -> Session | None:
+def _insert_parameters(new: NewSession) -> dict[str, Any]:
     session = new.session
-    row = await fetch_one(
-        connection,
-        sql.INSERT_SESSION,
-        {
-            "id": session.id,
-            "owner_id": session.owner_id,
-            "title": session.title,
-            "kind": session.kind,
-            "part_of": session.part_of,
-            "held_with": session.held_with,
-            "created_at": session.created_at,
-            "last_activity_at": session.last_activity_at,
-            "expires_at": session.expires_at,
-            "metadata": new.metadata_json,
-            "stamp": session.stamp,
-            "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
-            "users": users_json(new.users_to_insert),
-            **_entries(new.indexed_metadata),
-        },
-    )
+    return {
+        "id": session.id,
+        "owner_id": session.owner_id,
+        "title": session.title,
+        "kind": session.kind,
+        "part_of": session.part_of,
+        "held_with": session.held_with,
+        "created_at": session.created_at,
+        "last_activity_at": session.last_activity_at,
+        "expires_at": session.expires_at,
+        "metadata": new.metadata_json,
+        "stamp": session.stamp,
+        "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
+        "users": users_json(new.users_to_insert),
+        **_entries(new.indexed_metadata),
+    }
+
+
+def _inserted(new: NewSession, row: Any, if_absent: bool) -> Session | None:
+    """The session ``INSERT_SESSION`` inserted, or why it did not."""
+    session = new.session
     inserted, existed, missing, parent_found, parent_part_of, parent_owner = row
     if inserted:
         return session
@@ -164,9 +158,6 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
     insert, so every caller settles on the earliest part."""
     session = new.session
     async with connection.pipeline(), connection.transaction():
-        if new.indexed_metadata:
-            # Before the parent's row lock, which a key add's backfill would wait on.
-            await connection.execute(sql.SHARE_INDEXED_KEYS)
         # Each statement sees what committed before it ran: the look runs after the lock
         # is granted, though BEGIN, the lock and the look travel in one round trip.
         locked = await connection.execute(sql.LOCK_PARENT, (session.part_of,))
@@ -179,20 +170,13 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
         row = await found.fetchone()
         if row is not None:
             return session_from_row(row)
-        inserted = await _insert_session(connection, new, False)
+        row = await fetch_one(connection, sql.INSERT_SESSION, _insert_parameters(new))
+        inserted = _inserted(new, row, False)
         assert inserted is not None  # Absent, or the look above would have found it.
         return inserted
 
 
 async def update_session(connection: Connection, changes: SessionChanges) -> Session:
-    """One statement after the SHARE lock on the indexed keys, always taken: the entries
-    the old metadata had go too, and a key add must not backfill them meanwhile."""
-    async with connection.pipeline(), connection.transaction():
-        await connection.execute(sql.SHARE_INDEXED_KEYS)
-        return await _update_session(connection, changes)
-
-
-async def _update_session(connection: Connection, changes: SessionChanges) -> Session:
     row = await fetch_one(
         connection,
         sql.UPDATE_SESSION,

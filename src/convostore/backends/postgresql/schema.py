@@ -183,7 +183,13 @@ SET_LOCAL_SEARCH_PATH: Final = "SELECT set_config('search_path', %s, true)"
 
 # Found in the JSON text, which `decisions.backfill` then reads: PostgreSQL cannot take
 # a value apart that holds a NUL (as the escape \u0000), which JSON may hold.
-SESSIONS_WITH_KEY: Final = "SELECT id, metadata FROM sessions WHERE strpos(metadata::text, %s) > 0"
+# The rows read are locked against deletion until the backfill commits (so their entries
+# meet their sessions); a session being deleted meanwhile is skipped, rather than waited
+# for while its delete waits for the backfill's lock on session_metadata.
+SESSIONS_WITH_KEY: Final = (
+    "SELECT id, metadata FROM sessions WHERE strpos(metadata::text, %s) > 0"
+    " FOR KEY SHARE SKIP LOCKED"
+)
 INSERT_KEY_ENTRIES: Final = """INSERT INTO session_metadata (name, value, session_id)
     SELECT %s, entry.value, entry.session_id
     FROM unnest(%s::text[], %s::text[]) AS entry (value, session_id)

@@ -56,11 +56,13 @@ def _param(name: str, sql_type: str | None) -> str:
 # The schema's function that digests an indexed metadata value (see schema version 3).
 VALUE_DIGEST: Final = "convostore_value_digest"
 
-# SHARE lets session writes share it and conflicts with the key change's SHARE ROW
-# EXCLUSIVE (which conflicts with itself too). Under READ COMMITTED each later statement
-# of either transaction then sees what the other committed.
-SHARE_INDEXED_KEYS: Final = "LOCK TABLE indexed_metadata_keys IN SHARE MODE"
-LOCK_INDEXED_KEYS: Final = "LOCK TABLE indexed_metadata_keys IN SHARE ROW EXCLUSIVE MODE"
+# A session write needs no statement of its own: the one statement that writes the
+# session and its entries (INSERT_SESSION, UPDATE_SESSION) names session_metadata, so
+# it takes ROW EXCLUSIVE on it when it is planned, before it takes its snapshot. A key
+# change's SHARE ROW EXCLUSIVE on it conflicts with that: the key change waits for the
+# writes in flight to commit, and a later write waits for the key change to commit, then
+# sees the keys it committed. Appends never name session_metadata: they never wait.
+LOCK_INDEXED_KEYS: Final = "LOCK TABLE session_metadata IN SHARE ROW EXCLUSIVE MODE"
 DIALECT: Final = Dialect(
     name="postgresql",
     param=_param,
@@ -75,7 +77,6 @@ DIALECT: Final = Dialect(
         "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
         " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm')"
     ),
-    share_indexed_keys=SHARE_INDEXED_KEYS,
     lock_indexed_keys=LOCK_INDEXED_KEYS,
 )
 STATEMENTS: Final = Statements(DIALECT)
@@ -145,9 +146,10 @@ SELECT EXISTS (SELECT 1 FROM inserted), EXISTS (SELECT 1 FROM sessions WHERE id 
     (SELECT part_of FROM parent), (SELECT owner_id FROM parent)"""
 # Taken before looking for a part: every caller of find_or_create_part for one parent
 # then looks (and inserts) one after another, so all settle on the earliest part.
-LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR UPDATE"
+# NO KEY UPDATE, since a key add's backfill may lock the parent FOR KEY SHARE meanwhile.
+LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR NO KEY UPDATE"
 # The metadata index follows the new metadata: entries no longer true go, new ones come,
-# for the keys indexed when it runs (after the SHARE lock on them: see `operations`).
+# for the keys indexed when it runs (see LOCK_INDEXED_KEYS).
 UPDATE_SESSION: Final = f"""WITH updated AS (
     UPDATE sessions SET title = %(title)s, metadata = %(metadata)s::json,
         expires_at = %(expires_at)s, stamp = %(new_stamp)s

@@ -48,8 +48,10 @@ class Dialect:
       it reads the keys the database indexes; a key add or drop runs
       ``lock_indexed_keys`` first in its own. The two conflict and two writes' shares do
       not, so a key change waits for every write in flight to commit and every later
-      write waits for the key change, then reads the keys it committed. None where write
-      transactions run one at a time anyway (SQLite).
+      write waits for the key change, then reads the keys it committed. No
+      ``share_indexed_keys`` where write transactions run one at a time anyway
+      (SQLite), or where the statement that writes the entries takes a conflicting lock
+      itself before its snapshot (PostgreSQL: ROW EXCLUSIVE on ``session_metadata``).
     """
 
     name: str
