@@ -139,7 +139,7 @@ async def run(count: int, queries: int, database: str | None) -> None:
             before = resident_bytes()
             cold, _ = await timed_search(store, corpus.query_vectors[0])
             grown = resident_bytes() - before
-            table = backend._vector_cache._table
+            table = backend._vector_cache.table
             assert table is not None
             arrays = (
                 sum(getattr(table, name)[: table.count].nbytes for name in table._ARRAYS)

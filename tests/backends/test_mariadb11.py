@@ -6,6 +6,7 @@ does is the contract suite's (tests/contract, backend ``mariadb11``). Left out w
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import itertools
 import os
@@ -29,7 +30,7 @@ if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true
 from convostore._time import utc_now
 from convostore._vectors import best, scores
 from convostore.backends.interface import VectorQuery
-from convostore.backends.mysql import MySQLBackend, native_vectors
+from convostore.backends.mysql import MySQLBackend, native_vectors, vector_feed
 from convostore.backends.mysql.connection import Connection
 from convostore.backends.mysql.operations import fetch_all, fetch_one
 from tests.backends.support import served
@@ -41,6 +42,7 @@ from tests.servers.mariadb import (
     stop_shared_server_11,
 )
 
+NATIVE = "?vector_search=native"
 ADA = User("ada", "Ada")
 BOB = User("bob", "Bob")
 WORDS = [f"w{n}" for n in range(40)] + [
@@ -76,7 +78,8 @@ class Stores:
     """Opens stores on one fresh database and closes them all at teardown."""
 
     def __init__(self, server: TestServer) -> None:
-        self.url = server.url(f"native_{os.getpid()}_{next(_databases)}")
+        # The graph is a store's choice (the default is the cache).
+        self.url = server.url(f"native_{os.getpid()}_{next(_databases)}") + NATIVE
         self.opened: list[Store] = []
 
     async def open(self, **options: Any) -> Store:
@@ -174,15 +177,22 @@ async def exact_top(
 async def test_the_capability_follows_the_server(
     server_10: TestServer, server_11: TestServer
 ) -> None:
-    older = await convostore.connect(server_10.url(f"native_{os.getpid()}_10"))
-    newer = await convostore.connect(server_11.url(f"native_{os.getpid()}_11"))
+    older = await convostore.connect(server_10.url(f"native_{os.getpid()}_10") + NATIVE)
+    newer = await convostore.connect(server_11.url(f"native_{os.getpid()}_11") + NATIVE)
+    cached = await convostore.connect(server_11.url(f"native_{os.getpid()}_11"))
     try:
         assert older.capabilities.native_vector_index is False
         assert newer.capabilities.native_vector_index is True
         assert backend(newer).facts.version >= native_vectors.NATIVE_SINCE
+        # Chosen by the URL: the default searches the cache, on any server.
+        assert cached.capabilities.native_vector_index is False
+        assert backend(cached).server_vectors
+        assert not backend(cached).native_search
+        assert backend(older).vector_cache is not None
     finally:
         await older.close()
         await newer.close()
+        await cached.close()
 
 
 async def test_searches_walk_the_graph_and_score_as_the_scan(
@@ -305,7 +315,7 @@ async def test_a_user_without_create_connects_and_scans(
     embedder = HashingEmbedder(16)
     owner = await stores.open(embedder=embedder)
     await fill(owner, ADA, 2, 10)
-    database = stores.url.rsplit("/", 1)[1]
+    database = stores.url.rsplit("/", 1)[1].removesuffix(NATIVE)
     user = f"app_{database}"[:80]
     async with backend(owner).pool.acquire() as connection:
         cursor = connection.cursor()
@@ -330,3 +340,46 @@ async def test_a_user_without_create_connects_and_scans(
     finally:
         async with backend(owner).pool.acquire() as connection:
             await connection.cursor().execute(f"DROP USER '{user}'@'127.0.0.1'")
+
+
+async def test_a_vector_appended_during_a_rebuild_is_in_the_graph(
+    stores: Stores, graph: GraphAnswers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append copies its vector while the graph's table has just been made anew and
+    its state is not recorded yet (so it copies nothing), then commits only after the
+    rebuild has begun its copy of every vector. The guard makes the rebuild's copy wait
+    for that commit, so the vector is in the graph."""
+    embedder = HashingEmbedder(16)
+    store = await stores.open(embedder=embedder)
+    [session] = await fill(store, ADA, 1, 10)
+    assert await graph_count(store) == 10
+    copied, go = asyncio.Event(), asyncio.Event()
+    record, create, settle = vector_feed.record, native_vectors.create_table, native_vectors.settle
+    appended: list[asyncio.Task[Any]] = []
+
+    async def held(*arguments: Any, **named: Any) -> None:
+        copied.set()  # its copy is done, in its open transaction
+        await go.wait()
+        await record(*arguments, **named)
+
+    async def then_append(*arguments: Any) -> None:
+        await create(*arguments)
+        text = "alpha beta gamma delta appended"
+        appended.append(
+            asyncio.create_task(store.add_message(session, MessageWrite(Role.USER, text)))
+        )
+        await copied.wait()
+
+    async def releasing(connection: Connection) -> None:
+        go.set()  # the append commits now: the rebuild's copy must wait for it
+        await settle(connection)
+
+    monkeypatch.setattr(vector_feed, "record", held)
+    monkeypatch.setattr(native_vectors, "create_table", then_append)
+    monkeypatch.setattr(native_vectors, "settle", releasing)
+    await backend(store)._native_graph(replace=True, build=True)
+    message = await appended[0]
+    assert await graph_count(store) == await vector_count(store, embedder.name) == 11
+    [hit] = await store.search("alpha beta gamma delta appended", k=1)
+    assert hit.message.id == message.id
+    assert graph.answers == [True]

@@ -217,7 +217,7 @@ async def test_every_table_and_text_column_is_utf8mb4(server: TestServer, stores
         "SELECT table_name, table_collation FROM information_schema.tables WHERE table_schema = %s",
         (stores.database,),
     )
-    assert len(tables) == 8
+    assert len(tables) == 11
     assert all(str(collation).startswith("utf8mb4_") for _, collation in tables)
     columns = await admin(
         server,

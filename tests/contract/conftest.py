@@ -130,6 +130,11 @@ def _fresh_mariadb_database(server: mariadb_servers.TestServer) -> str:
     return server.url(f"contract_{os.getpid()}_{next(_database_numbers)}")
 
 
+def _fresh_mariadb_native_database(server: mariadb_servers.TestServer) -> str:
+    # MariaDB 11.8 searching its own vector index (10.11 runs the default, the cache).
+    return _fresh_mariadb_database(server) + "?vector_search=native"
+
+
 _graph_numbers = itertools.count(1)
 
 
@@ -144,7 +149,7 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "sqlite": _sqlite_url,
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
     "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
-    "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_database),
+    "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_native_database),
     "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph),
 }
 

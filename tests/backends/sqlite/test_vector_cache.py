@@ -19,9 +19,9 @@ from convostore import (
     Role,
     Store,
 )
+from convostore.backends.sql import vector_cache as shared_vector_cache
 from convostore.backends.sqlite import SQLiteTarget
 from convostore.backends.sqlite import search as sqlite_search
-from convostore.backends.sqlite import vector_cache as sqlite_vector_cache
 from convostore.backends.sqlite.connection import in_read_snapshot, open_connection
 from convostore.backends.sqlite.search import VectorCache
 from convostore.embedding import HashingEmbedder, Metric
@@ -283,19 +283,19 @@ async def test_searches_read_only_the_rows_changed_since(
     the change log names and never rebuilds."""
     written: list[int] = []
     builds: list[int] = []
-    write = sqlite_vector_cache._VectorTable._write
-    build = sqlite_vector_cache._build
+    write = shared_vector_cache.VectorTable._write
+    build = shared_vector_cache.build
 
-    def counting(table: Any, connection: sqlite3.Connection, rows: list[Any], slots: Any) -> None:
+    def counting(table: Any, rows: list[Any], slots: Any) -> None:
         written.append(len(rows))
-        write(table, connection, rows, slots)
+        write(table, rows, slots)
 
     def counting_builds(*arguments: Any) -> Any:
         builds.append(1)
         return build(*arguments)
 
-    monkeypatch.setattr(sqlite_vector_cache._VectorTable, "_write", counting)
-    monkeypatch.setattr(sqlite_vector_cache, "_build", counting_builds)
+    monkeypatch.setattr(shared_vector_cache.VectorTable, "_write", counting)
+    monkeypatch.setattr(shared_vector_cache, "build", counting_builds)
     rng = random.Random(10)
     sessions = [await vector_session(vector_store, rng, owner, 10) for owner in (ADA, BOB)]
     vector = gaussian(rng)
@@ -376,9 +376,9 @@ async def test_close_drops_the_cached_vectors(db_path: Path) -> None:
     store = await convostore.connect(db_url(db_path), embedder=HashingEmbedder(WIDTH))
     session = await vector_session(store, random.Random(13))
     assert await store.search(vector=gaussian(random.Random(14)), session_id=session)
-    assert sqlite_of(store)._vector_cache._table is not None
+    assert sqlite_of(store)._vector_cache.table is not None
     await store.close()
-    assert sqlite_of(store)._vector_cache._table is None
+    assert sqlite_of(store)._vector_cache.table is None
 
 
 async def test_the_cache_serves_a_memory_database() -> None:

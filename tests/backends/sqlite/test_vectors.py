@@ -18,8 +18,8 @@ import pytest
 
 import convostore
 from convostore import MessageWrite, Role, Store, User
+from convostore.backends.sql import vector_cache
 from convostore.backends.sqlite import search as sqlite_search
-from convostore.backends.sqlite import vector_cache
 from convostore.backends.sqlite.connection import in_read_snapshot, open_connection
 from convostore.backends.sqlite.search import VectorCache
 from convostore.backends.sqlite.url import SQLiteTarget
@@ -97,13 +97,13 @@ async def test_changes_from_another_process_apply_in_place(
     stores: list[Store], db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     builds: list[int] = []
-    build = vector_cache._build
+    build = vector_cache.build
 
     def counting_builds(*arguments: Any) -> Any:
         builds.append(1)
         return build(*arguments)
 
-    monkeypatch.setattr(vector_cache, "_build", counting_builds)
+    monkeypatch.setattr(vector_cache, "build", counting_builds)
     rng = random.Random(21)
     url = db_url(db_path)
     sessions = [await vector_session(stores[0], rng, owner) for owner in (ADA, BOB, ADA)]
@@ -139,13 +139,13 @@ async def test_a_cache_behind_the_pruned_log_rebuilds(
     stores: list[Store], db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     builds: list[int] = []
-    build = vector_cache._build
+    build = vector_cache.build
 
     def counting_builds(*arguments: Any) -> Any:
         builds.append(1)
         return build(*arguments)
 
-    monkeypatch.setattr(vector_cache, "_build", counting_builds)
+    monkeypatch.setattr(vector_cache, "build", counting_builds)
     rng = random.Random(22)
     sessions = [await vector_session(stores[0], rng, owner) for owner in (ADA, BOB)]
     await assert_exact(stores[0], rng, sessions)

@@ -20,7 +20,7 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.backends.mysql import native_vectors, search
+from convostore.backends.mysql import native_vectors, search, vector_feed
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
     Connection,
@@ -44,7 +44,6 @@ from convostore.backends.mysql.operations import (
     read_events,
     update_returning,
     write_append,
-    write_delete_expired,
     write_find_or_insert_part,
     write_insert_session,
     write_update_session,
@@ -54,6 +53,7 @@ from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
 from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.rows import user_values
+from convostore.backends.sql.vector_cache import VectorCache
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
@@ -82,16 +82,22 @@ class MySQLBackend(SQLBackend):
     def __init__(self, target: MySQLTarget) -> None:
         self.target = target
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
-        # Text search runs on a FULLTEXT index; vectors are scanned (see `search`).
+        # Text search runs on a FULLTEXT index; vectors are searched as the URL's
+        # ``vector_search`` chooses (see `search`).
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
-        # Whether the server has MariaDB's VECTOR type and index (see `native_vectors`),
-        # and its graph's neighbours per node and search candidates.
+        # Whether the server has MariaDB's VECTOR type and index (see `native_vectors`):
+        # every store keeps a graph that stands current, whatever it searches with; and
+        # whether this store builds and searches it, with its graph's neighbours per node
+        # and search candidates.
         self.server_vectors = False
+        self.native_search = False
         self.graph_m = native_vectors.GRAPH_M
         self.ef_search = native_vectors.EF_SEARCH
         self._pool: Pool | None = None
         self._where = target.where
         self._event_cache = EventCache()
+        # The vectors in memory, where searches use them (see `vector_cache`).
+        self._vector_cache = VectorCache() if target.vector_search != "scan" else None
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -111,8 +117,11 @@ class MySQLBackend(SQLBackend):
 
     async def _probe_native_vectors(self) -> None:
         self.server_vectors = await self._run(native_vectors.server_has_vectors, self.facts)
+        self.native_search = self.server_vectors and self.target.vector_search == "native"
+        if self.native_search:
+            self._vector_cache = None
         self.capabilities = dataclasses.replace(
-            self.capabilities, native_vector_index=self.server_vectors
+            self.capabilities, native_vector_index=self.native_search
         )
 
     @classmethod
@@ -131,6 +140,8 @@ class MySQLBackend(SQLBackend):
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         self._event_cache.clear()
+        if self._vector_cache is not None:
+            self._vector_cache.clear()
         if pool is not None:
             pool.close()
             await pool.wait_closed()
@@ -141,6 +152,11 @@ class MySQLBackend(SQLBackend):
         if self._pool is None:
             raise BackendUnavailableError(f"{self._where}: the store is closed")
         return self._pool
+
+    @property
+    def vector_cache(self) -> VectorCache | None:
+        """The vectors this store keeps in memory, if it does (for tests and benchmarks)."""
+        return self._vector_cache
 
     @property
     def event_cache(self) -> EventCache:
@@ -221,17 +237,19 @@ class MySQLBackend(SQLBackend):
     async def update_session(self, changes: SessionChanges) -> Session:
         return await self._write(write_update_session, changes, self.facts.max_packet)
 
+    # Every write that touches a vector ends with its change recorded in the feed
+    # (`vector_feed`), after the graph's rows where the server has one.
+
     async def delete_session(self, session_id: str) -> bool:
-        if self.server_vectors:
-            return await self._write(native_vectors.delete_session, session_id)
-        return await super().delete_session(session_id)
+        delete = native_vectors.delete_session if self.server_vectors else vector_feed.delete_one
+        return await self._write(vector_feed.delete_session, session_id, delete)
 
     async def delete_expired(self, before: datetime) -> int:
         if self.server_vectors:
             return await self._write(
-                native_vectors.delete_expired, to_micros(before), write_delete_expired
+                native_vectors.delete_expired, to_micros(before), vector_feed.delete_expired
             )
-        return await self._write(write_delete_expired, to_micros(before))
+        return await self._write(vector_feed.delete_expired, to_micros(before))
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         return await self._run(add_indexed_keys, keys)
@@ -242,11 +260,12 @@ class MySQLBackend(SQLBackend):
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
+        limit = self.facts.max_packet
         if self.server_vectors:
             return await self._write(
-                native_vectors.append, append, write_append, self.facts.max_packet
+                vector_feed.append, append, native_vectors.append, write_append, limit
             )
-        return await self._write(write_append, append, self.facts.max_packet)
+        return await self._write(vector_feed.append, append, write_append, limit)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         # The active view's boundary and later events must agree: one snapshot. A window
@@ -263,8 +282,10 @@ class MySQLBackend(SQLBackend):
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         await self._run(search.declare_vector_index, spec, replace)
-        if self.server_vectors:
-            await self._native_graph(replace=replace, build=True)
+        # A graph of another declaration goes, whoever searches it; this store builds
+        # one only if it searches it.
+        if self.server_vectors and (replace or self.native_search):
+            await self._native_graph(replace=replace, build=self.native_search)
 
     async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
         """As `Backend.begin_reembed`; MariaDB's graph of a new declaration is built
@@ -295,22 +316,46 @@ class MySQLBackend(SQLBackend):
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
+        ids = [message_id for message_id, _ in vectors]
+        write: tuple[Any, ...] = (search.set_embeddings, model, vectors)
         if self.server_vectors:
-            ids = [message_id for message_id, _ in vectors]
-            await self._write(
-                native_vectors.set_embeddings, ids, search.set_embeddings, model, vectors
-            )
-            return
-        await self._write(search.set_embeddings, model, vectors)
+            write = (native_vectors.set_embeddings, ids, *write)
+        await self._write(vector_feed.set_embeddings, ids, *write)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
-        if self.server_vectors:
+        if self.native_search:
             graph = functools.partial(native_vectors.search, ef_search=self.ef_search)
             return await self._snapshot(search.vector_search, query, graph)
-        return await self._snapshot(search.vector_search, query)
+        cache = self._vector_cache
+        if cache is None:
+            return await self._snapshot(search.vector_search, query)
+        # The cache's turn is taken before the snapshot begins, so the snapshot is never
+        # older than the cache; it is given back once the rows are shortlisted.
+        async with self._connection() as connection:
+            turn = cache.turn()
+            await turn.acquire()
+            release = _Once(turn.release)
+            try:
+                return await in_snapshot(
+                    connection, search.vector_search, query, None, cache, release
+                )
+            finally:
+                release()
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
         return await self._snapshot(search.text_search, query)
+
+
+class _Once:
+    """Calls ``fn`` the first time it is called, never again."""
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn: Callable[[], None] | None = fn
+
+    def __call__(self) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
 
 
 def _drop_sockets(pool: Pool) -> None:

@@ -15,6 +15,13 @@ pointing at missing rows, and a search that meets one ends early (tested on 11.8
 Every write that removes or changes a vector therefore removes or changes its row here
 in the same transaction: appends, re-embeddings, deleted and expired sessions.
 
+**No write is lost to a rebuild.** Each of those writes first holds the one row of
+``native_vector_guard`` shared until it commits (`guard`); a build records its state,
+then waits for that row exclusively (`settle`) before it copies every vector. A write
+that began before the state was recorded (and so copied into the old table, or nothing)
+has committed by then, and the copy sees it; a write that takes the guard after the
+wait sees the new state and copies itself.
+
 A search uses the index when it asks for the declared model, width and metric over all
 messages or an owner's (a session's few vectors are scanned exactly). A scope (an
 owner, roles) keeps the rows in it among the graph's `SCOPED_CANDIDATES` nearest per hit
@@ -50,13 +57,16 @@ __all__ = [
     "NATIVE_SINCE",
     "append",
     "build_graph",
+    "create_table",
     "delete_expired",
     "delete_session",
     "drop",
     "ensure",
+    "guard",
     "search",
     "server_has_vectors",
     "set_embeddings",
+    "settle",
 ]
 
 T = TypeVar("T")
@@ -88,6 +98,8 @@ ER_NO_SUCH_TABLE: Final = 1146
 ACCESS_DENIED: Final = frozenset({1044, 1142, 1227})
 
 PROBE: Final = "SELECT VEC_FromText('[1]')"
+GUARD: Final = "SELECT id FROM native_vector_guard WHERE id = 1 LOCK IN SHARE MODE"
+SETTLE: Final = "SELECT id FROM native_vector_guard WHERE id = 1 FOR UPDATE"
 SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
 SELECT_STATE: Final = "SELECT dimensions, metric, model FROM native_vector_state WHERE id = 1"
 CLEAR_STATE: Final = "DELETE FROM native_vector_state"
@@ -232,16 +244,11 @@ async def build_graph(connection: Connection, spec: VectorIndexSpec, graph_m: in
     (exists,) = await fetch_one(connection, TABLE_EXISTS)
     if exists and state is not None and _spec(state) == spec:
         return False
-    await execute(connection, CLEAR_STATE)
-    if exists:
-        await execute(connection, DROP_TABLE)
-    ddl = CREATE_TABLE.format(
-        dimensions=int(spec.dimensions), m=int(graph_m), distance=_DISTANCE[spec.metric]
-    )
-    await execute(connection, ddl)
+    await create_table(connection, spec, graph_m, exists)
     await execute(connection, RECORD_STATE, (spec.dimensions, spec.metric, spec.model))
-    # Writes that committed before the state row was visible copied nothing: the copy
-    # of everything after it takes them in.
+    # Writes that began before the state row was visible copied into the old table or
+    # nothing: once they have committed, the copy of everything takes them in.
+    await settle(connection)
     await execute(connection, COPY_ALL)
     return True
 
@@ -252,6 +259,30 @@ async def drop(connection: Connection) -> None:
     (exists,) = await fetch_one(connection, TABLE_EXISTS)
     if exists:
         await execute(connection, DROP_TABLE)
+
+
+async def create_table(
+    connection: Connection, spec: VectorIndexSpec, graph_m: int, exists: bool
+) -> None:
+    """The state cleared and the graph's table made anew, empty."""
+    await execute(connection, CLEAR_STATE)
+    if exists:
+        await execute(connection, DROP_TABLE)
+    ddl = CREATE_TABLE.format(
+        dimensions=int(spec.dimensions), m=int(graph_m), distance=_DISTANCE[spec.metric]
+    )
+    await execute(connection, ddl)
+
+
+async def settle(connection: Connection) -> None:
+    """Wait until every write that holds the guard has committed (autocommit: the lock
+    is released as soon as it is granted)."""
+    await fetch_one(connection, SETTLE)
+
+
+async def guard(connection: Connection) -> None:
+    """Hold the guard shared until the caller's transaction ends (see the module)."""
+    await fetch_one(connection, GUARD)
 
 
 def _spec(row: Sequence[Any]) -> VectorIndexSpec:
@@ -277,6 +308,7 @@ async def append(
             if isinstance(p.event, Message) and p.event.embedding is not None
         ]
         if ids:
+            await guard(connection)
             await _unless_unbuilt(execute(connection, copy_events_sql(len(ids)), ids))
     return outcome
 
@@ -293,6 +325,7 @@ async def set_embeddings(
     ids = list(message_ids)
     if not ids:
         return
+    await guard(connection)
     if await _unless_unbuilt(execute(connection, delete_events_sql(len(ids)), ids)) is not None:
         await execute(connection, copy_events_sql(len(ids)), ids)
 
@@ -301,6 +334,7 @@ async def delete_session(connection: Connection, session_id: str) -> bool:
     """Delete a session (its events and parts cascade) and its vectors in the graph."""
     if await fetch_one(connection, LOCK_SESSION, (session_id,)) is None:
         return False
+    await guard(connection)
     await _unless_unbuilt(execute(connection, DELETE_OF_SESSION, (session_id, session_id)))
     return await execute(connection, DELETE_SESSION, (session_id,)) > 0
 
@@ -310,6 +344,7 @@ async def delete_expired(
 ) -> int:
     """``write(connection, before)`` (which deletes the sessions expired at ``before``),
     their vectors in the graph deleted first."""
+    await guard(connection)
     await _unless_unbuilt(execute(connection, DELETE_OF_EXPIRED, (before, before)))
     return await write(connection, before)
 

@@ -168,6 +168,30 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         )"""
         + _TABLE,
     ),
+    (
+        # The change feed of the vector cache, in commit order (see `vector_feed`): the
+        # last position handed out, under whose row lock each write that touches a
+        # vector takes the next; and the changes at each position (a row's: its row_id,
+        # session_id ''; a deleted session's: row_id 0).
+        """CREATE TABLE IF NOT EXISTS vector_feed (
+            id TINYINT NOT NULL PRIMARY KEY,
+            position BIGINT NOT NULL,
+            pruned BIGINT NOT NULL
+        )"""
+        + _TABLE,
+        "INSERT IGNORE INTO vector_feed (id, position, pruned) VALUES (1, 0, 0)",
+        """CREATE TABLE IF NOT EXISTS vector_changes (
+            position BIGINT NOT NULL,
+            row_id BIGINT NOT NULL,
+            session_id VARCHAR(255) NOT NULL,
+            PRIMARY KEY (position, row_id, session_id)
+        )"""
+        + _TABLE,
+        # One row: every write to MariaDB's graph holds it shared until it commits, and
+        # a build of the graph waits for it exclusively (see `native_vectors`).
+        "CREATE TABLE IF NOT EXISTS native_vector_guard (id TINYINT NOT NULL PRIMARY KEY)" + _TABLE,
+        "INSERT IGNORE INTO native_vector_guard (id) VALUES (1)",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -3,10 +3,17 @@
 Text search runs on the FULLTEXT index of ``search_tokens`` (see `schema`), in boolean
 mode with every term required, ranked by InnoDB's relevance.
 
-MariaDB 10.11 and MySQL 8 have no vector index: vector search is an exact scan. The
-candidate vectors (of the searched model and width, in scope) are read in one
-statement and ranked in the client by `convostore._vectors`, the ranking every scanning
-backend shares; only the k best rows are then read whole.
+Vector search, as the URL's ``vector_search`` chooses:
+
+- ``cache``: the shared `VectorCache` (`convostore.backends.sql.vector_cache`), brought to
+  the read snapshot through the commit-ordered change feed (`vector_feed`), shortlists
+  the rows; their float32 vectors are read and ranked exactly.
+- ``scan``: the candidate vectors (of the searched model and width, in scope) are read
+  in one statement and ranked in the client by `convostore._vectors`, the ranking every
+  scanning backend shares.
+- ``native``: MariaDB 11.7+'s graph (`native_vectors`), where it can answer.
+
+Only the k best rows are then read whole.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import Connection
 from convostore.backends.mysql.operations import execute, fetch_all, fetch_one, json_list
 from convostore.backends.mysql.rows import event_from_row, fulltext_query
+from convostore.backends.mysql.vector_feed import feed
 from convostore.backends.sql.values import vector_blob
+from convostore.backends.sql.vector_cache import VectorCache
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
 from convostore.prepare import new_stamp
@@ -89,6 +98,12 @@ _TEXT_MATCHES = (
     " FROM events e JOIN sessions s ON s.id = e.session_id"
     " WHERE MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE)"
     " AND e.type = 'MESSAGE'"
+)
+# The vectors of the shortlisted rows, in row order, for the exact ranking.
+SHORTLISTED_VECTORS: Final = (
+    "SELECT e.row_id, e.embedding FROM "
+    "JSON_TABLE(%s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
+    " JOIN events e ON e.row_id = wanted.value ORDER BY e.row_id"
 )
 _EVENTS_BY_ROW: Final = (
     f"SELECT e.row_id, {sql.EVENT_COLUMNS} FROM "
@@ -163,13 +178,44 @@ async def set_embeddings(
         )
 
 
+def _nothing() -> None:
+    pass
+
+
 async def vector_search(
-    connection: Connection, query: VectorQuery, native: NativeSearch | None = None
+    connection: Connection,
+    query: VectorQuery,
+    native: NativeSearch | None = None,
+    cache: VectorCache | None = None,
+    release: Callable[[], None] = _nothing,
 ) -> list[SearchHit]:
-    """The exact scan, or ``native``'s answer where it gives one (see `native_vectors`)."""
+    """``native``'s answer where it gives one (see `native_vectors`), else the rows
+    ``cache`` shortlists ranked exactly (``release`` called once they are), else the
+    exact scan."""
     if native is not None and (found := await native(connection, query)) is not None:
         return await _hits(connection, found)
     scope = query.scope
+    if cache is not None:
+        try:
+            shortlisted = await cache.shortlisted_async(
+                feed(connection),
+                (query.model, len(query.vector)),
+                query.vector,
+                query.metric,
+                query.k,
+                scope.owner_id,
+                scope.session_id,
+                scope.roles,
+            )
+        finally:
+            release()
+        if shortlisted is not None:
+            if not shortlisted.shape[0]:
+                return []
+            found_rows = await fetch_all(
+                connection, SHORTLISTED_VECTORS, (json.dumps(shortlisted.tolist()),)
+            )
+            return await _ranked(connection, query, found_rows)
     base = _VECTOR_CANDIDATES + ("" if query.model is None else _BY_MODEL)
     statement = _scoped(base, scope) + " ORDER BY e.row_id"
     parameters = {
@@ -177,7 +223,11 @@ async def vector_search(
         "model": query.model,
         **_scope_parameters(scope),
     }
-    rows = await fetch_all(connection, statement, parameters)
+    return await _ranked(connection, query, await fetch_all(connection, statement, parameters))
+
+
+async def _ranked(connection: Connection, query: VectorQuery, rows: list[Any]) -> list[SearchHit]:
+    """The k best of (row id, vector) ``rows`` (in row order), read whole."""
     matrix = from_blobs([row[1] for row in rows], len(query.vector))
     ranked = best(scores(query.vector, matrix, query.metric), query.k)
     return await _hits(connection, [(rows[index][0], score) for index, score in ranked])

@@ -15,13 +15,23 @@ from urllib.parse import unquote, urlsplit
 from convostore.backends.urls import query_options, redacted, seconds, whole_number
 from convostore.errors import InvalidArgumentError
 
-__all__ = ["DATABASE_NAME", "SCHEMES", "MySQLTarget", "SslMode", "parse_mysql_url"]
+__all__ = [
+    "DATABASE_NAME",
+    "SCHEMES",
+    "VECTOR_SEARCHES",
+    "MySQLTarget",
+    "SslMode",
+    "VectorSearch",
+    "parse_mysql_url",
+]
 
 SCHEMES: Final = ("mysql", "mariadb", "mysql+asyncmy", "mariadb+asyncmy")
 DEFAULT_PORT: Final = 3306
 # The database names convostore accepts: quoted as an identifier, never as a value.
 DATABASE_NAME: Final = re.compile(r"[A-Za-z0-9_]{1,64}")
 SslMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
+VectorSearch = Literal["cache", "native", "scan"]
+VECTOR_SEARCHES: Final[tuple[VectorSearch, ...]] = ("cache", "native", "scan")
 _SSL_MODES: Final[dict[str, SslMode]] = {
     "false": "disabled",
     "disabled": "disabled",
@@ -49,6 +59,10 @@ class MySQLTarget:
       ``ssl_ca`` or the system's CAs, and the host name too).
     - ``deadlock_retries``: how many times a transaction InnoDB chose as a deadlock
       victim, or that waited too long for a lock, is run again before it fails.
+    - ``vector_search``: ``cache`` (default): the vectors kept in memory in compact
+      form, following the database's change feed (`convostore.backends.sql.vector_cache`);
+      ``native``: MariaDB 11.7+'s own vector index, built and searched (elsewhere, the
+      cache); ``scan``: every search reads the vectors in scope from the database.
     """
 
     host: str
@@ -64,6 +78,7 @@ class MySQLTarget:
     ssl: SslMode = "disabled"
     ssl_ca: str | None = None
     deadlock_retries: int = 5
+    vector_search: VectorSearch = "cache"
 
     @property
     def where(self) -> str:
@@ -92,7 +107,8 @@ def parse_mysql_url(url: str) -> MySQLTarget:
     - ``ssl``: disabled (or false), preferred, required (or true), verify_ca,
       verify_identity; ``ssl_ca``: a CA file;
     - ``unix_socket``: a socket path, used instead of host and port;
-    - ``deadlock_retries``: 0..100, default 5.
+    - ``deadlock_retries``: 0..100, default 5;
+    - ``vector_search``: cache (default), native or scan (see `MySQLTarget`).
     """
     parts = urlsplit(url)
     if parts.scheme.lower() not in SCHEMES:
@@ -136,6 +152,13 @@ def _with_option(target: MySQLTarget, name: str, value: str) -> MySQLTarget:
         if mode is None:
             raise InvalidArgumentError(f"ssl must be one of {sorted(_SSL_MODES)}, not {value!r}")
         return replace(target, ssl=mode)
+    if name == "vector_search":
+        for choice in VECTOR_SEARCHES:
+            if value.lower() == choice:
+                return replace(target, vector_search=choice)
+        raise InvalidArgumentError(
+            f"vector_search must be one of {list(VECTOR_SEARCHES)}, not {value!r}"
+        )
     if name == "ssl_ca":
         return replace(target, ssl_ca=value or None)
     if name == "unix_socket":

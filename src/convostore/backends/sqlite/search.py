@@ -5,9 +5,10 @@ Text search runs on an FTS5 index of the words of each message's content, the
 to date before each search (schema version 6, `text_index`).
 
 Vector search ranks the rows a `VectorCache` shortlists in the read snapshot (see
-`convostore.backends.sqlite.vector_cache`) exactly, on their float32 vectors read from
-the database. A snapshot older than the cache (a search that began before a change
-another search already applied) scans the database as it sees it instead.
+`convostore.backends.sql.vector_cache`, fed by `convostore.backends.sqlite.vector_cache`)
+exactly, on their float32 vectors read from the database. A snapshot older than the
+cache (a search that began before a change another search already applied) scans the
+database as it sees it instead.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from convostore._vectors import best, from_blobs, scores
+from convostore.backends.sql.vector_cache import VectorCache
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import BLANK_FUNCTION
 from convostore.backends.sqlite.rows import event_from_row, vector_blob
-from convostore.backends.sqlite.vector_cache import VectorCache
+from convostore.backends.sqlite.vector_cache import feed
 from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
 from convostore.prepare import new_stamp
@@ -157,7 +159,7 @@ def read_vector_search(
 ) -> list[SearchHit]:
     """The search, in a read snapshot: the rows ``cache`` shortlists, ranked exactly."""
     shortlisted = cache.shortlisted(
-        connection, (model, len(vector)), vector, metric, k, owner_id, session_id, roles
+        feed(connection), (model, len(vector)), vector, metric, k, owner_id, session_id, roles
     )
     if shortlisted is None:
         return _scan(connection, vector, metric, model, k, owner_id, session_id, roles)

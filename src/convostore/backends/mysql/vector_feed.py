@@ -1,0 +1,252 @@
+"""MySQL's change feed for the shared vector cache (`convostore.backends.sql.vector_cache`):
+positions in commit order, taken under one row lock as the last step of each write.
+
+**Why not an AUTO_INCREMENT.** InnoDB hands out AUTO_INCREMENT values when a row is
+inserted, not when its transaction commits: a transaction holding id 7 may commit after
+another's id 8, and a cache that read "everything up to 8" would never look at 7 again.
+
+**Positions in commit order.** ``vector_feed`` has one row, holding the last position
+handed out. Every write that adds, changes or removes a vector ends with `record`: it
+raises that position by one (an UPDATE, so the row stays locked by the transaction
+until it commits or rolls back), then writes its changes to ``vector_changes`` under
+that position, and commits. The statement before the commit is the one that takes the
+lock, and no transaction waits for anything else while it holds it, so:
+
+- two transactions never hold the lock at once: the one that takes position p + 1 waited
+  for the holder of p to commit (or roll back, which gives the position back);
+- so positions are handed out and committed in one order, and every transaction with a
+  position below p committed before p was taken.
+
+A read snapshot that sees the feed at position P therefore sees every change at a
+position up to P and none above it: exactly what the cache needs to apply changes
+"after the last position it holds". The lock orders only the last step (two small
+statements) of the writes that touch vectors; appends without vectors never take it.
+Lock order: a write takes its sessions' rows first and the feed's row last, and the
+holder of the feed's row waits for nothing, so the feed adds no deadlock.
+
+**What is recorded.** An append or a re-embedding records the ``row_id`` of each event
+whose vector it wrote; a deleted or expired session records its id (its parts and
+their vectors go with it: the cache forgets the parts it knows of each session named).
+The feed keeps the last `KEPT` positions: every `PRUNE_EVERY`-th position deletes the
+older ones and records the position pruned through; a cache behind it rebuilds.
+
+`feed` answers the cache's requests on one connection, inside `in_snapshot`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final
+
+from convostore.backends.mysql import statements as sql
+from convostore.backends.mysql.connection import Connection
+from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
+from convostore.backends.sql.values import json_list
+from convostore.backends.sql.vector_cache import (
+    Changes,
+    ChangesAfter,
+    CountVectors,
+    Position,
+    ReadPosition,
+    Request,
+    SessionsOf,
+    VectorsAfter,
+)
+from convostore.model import Message
+from convostore.prepare import AppendOutcome, PreparedAppend
+
+__all__ = [
+    "KEPT",
+    "PRUNE_EVERY",
+    "append",
+    "delete_expired",
+    "delete_one",
+    "delete_session",
+    "feed",
+    "record",
+    "set_embeddings",
+]
+
+KEPT: Final = 65_536
+PRUNE_EVERY: Final = 1024
+
+# LAST_INSERT_ID(expr) hands the new position back in the statement's reply.
+TAKE_POSITION: Final = "UPDATE vector_feed SET position = LAST_INSERT_ID(position + 1) WHERE id = 1"
+PRUNE: Final = "DELETE FROM vector_changes WHERE position <= %s"
+RECORD_PRUNED: Final = "UPDATE vector_feed SET pruned = %s WHERE id = 1"
+_STRINGS = "JSON_TABLE({}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS wanted"
+_NUMBERS = "JSON_TABLE({}, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
+RECORD_ROWS_OF: Final = (
+    "INSERT IGNORE INTO vector_changes (position, row_id, session_id)"
+    " SELECT %s, e.row_id, '' FROM "
+    + _STRINGS.format("%s")
+    + " JOIN events e ON e.id = wanted.value"
+)
+RECORD_SESSIONS: Final = (
+    "INSERT IGNORE INTO vector_changes (position, row_id, session_id)"
+    " SELECT %s, 0, wanted.value FROM " + _STRINGS.format("%s")
+)
+
+SNAPSHOT_POSITION: Final = "SELECT 0, position, pruned FROM vector_feed WHERE id = 1"
+CHANGES_AFTER: Final = "SELECT DISTINCT row_id, session_id FROM vector_changes WHERE position > %s"
+_QUALIFIES = " e.type = 'MESSAGE' AND e.embedding IS NOT NULL AND length(e.embedding) = %(width)s"
+_BY_MODEL = " AND e.embedding_model = %(model)s"
+_COLUMNS = "SELECT e.row_id, e.embedding, e.session_id, e.role FROM "
+COUNT_VECTORS: Final = {
+    False: "SELECT count(*) FROM events e WHERE" + _QUALIFIES,
+    True: "SELECT count(*) FROM events e WHERE" + _QUALIFIES + _BY_MODEL,
+}
+_AFTER = " AND e.row_id > %(after)s ORDER BY e.row_id LIMIT %(limit)s"
+VECTORS_AFTER: Final = {
+    False: _COLUMNS + "events e WHERE" + _QUALIFIES + _AFTER,
+    True: _COLUMNS + "events e WHERE" + _QUALIFIES + _BY_MODEL + _AFTER,
+}
+_OF_ROWS = (
+    _COLUMNS + _NUMBERS.format("%(rowids)s") + (" JOIN events e ON e.row_id = wanted.value WHERE")
+)
+_OF_SESSIONS = (
+    _COLUMNS
+    + _STRINGS.format("%(sessions)s")
+    + " JOIN sessions s ON s.id = wanted.value OR s.part_of = wanted.value"
+    " JOIN events e ON e.session_id = s.id WHERE"
+)
+VECTORS_OF_ROWS: Final = {
+    False: _OF_ROWS + _QUALIFIES,
+    True: _OF_ROWS + _QUALIFIES + _BY_MODEL,
+}
+VECTORS_OF_SESSIONS: Final = {
+    False: _OF_SESSIONS + _QUALIFIES,
+    True: _OF_SESSIONS + _QUALIFIES + _BY_MODEL,
+}
+SESSIONS: Final = (
+    "SELECT s.id, s.owner_id, s.part_of FROM "
+    + _STRINGS.format("%s")
+    + " JOIN sessions s ON s.id = wanted.value"
+)
+DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = %s"
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+async def record(
+    connection: Connection, message_ids: Sequence[str] = (), sessions: Sequence[str] = ()
+) -> None:
+    """The last step of a write (see the module): take the next position and record the
+    rows of ``message_ids`` and the deleted ``sessions`` under it."""
+    async with connection.cursor() as cursor:
+        await cursor.execute(TAKE_POSITION)
+        position = int(cursor.lastrowid)
+    if message_ids:
+        await execute(connection, RECORD_ROWS_OF, (position, json_list(message_ids)))
+    if sessions:
+        await execute(connection, RECORD_SESSIONS, (position, json_list(sessions)))
+    if position % PRUNE_EVERY == 0 and position > KEPT:
+        await execute(connection, PRUNE, (position - KEPT,))
+        await execute(connection, RECORD_PRUNED, (position - KEPT,))
+
+
+def _with_vectors(prepared: PreparedAppend) -> list[str]:
+    return [
+        p.event.id
+        for p in prepared.events
+        if isinstance(p.event, Message) and p.event.embedding is not None
+    ]
+
+
+async def append(
+    connection: Connection,
+    prepared: PreparedAppend,
+    write: Callable[..., Awaitable[AppendOutcome]],
+    *args: Any,
+) -> AppendOutcome:
+    """``write(connection, prepared, *args)``, then its vectors recorded (in the
+    caller's transaction)."""
+    outcome = await write(connection, prepared, *args)
+    if outcome.applied and (ids := _with_vectors(prepared)):
+        await record(connection, message_ids=ids)
+    return outcome
+
+
+async def set_embeddings(
+    connection: Connection,
+    message_ids: Sequence[str],
+    write: Callable[..., Awaitable[None]],
+    *args: Any,
+) -> None:
+    """``write(connection, *args)`` (which sets the vectors of ``message_ids``), then
+    those rows recorded."""
+    await write(connection, *args)
+    if message_ids:
+        await record(connection, message_ids=message_ids)
+
+
+async def delete_session(
+    connection: Connection, session_id: str, write: Callable[..., Awaitable[bool]]
+) -> bool:
+    """``write(connection, session_id)``, then the session recorded if it was deleted."""
+    deleted = await write(connection, session_id)
+    if deleted:
+        await record(connection, sessions=[session_id])
+    return deleted
+
+
+async def delete_expired(connection: Connection, before: int) -> int:
+    """Delete the sessions expired at ``before`` (microseconds), each only if it still
+    is (its parts go with it), then record those deleted."""
+    deleted: list[str] = []
+    for (session_id,) in await fetch_all(connection, sql.EXPIRED_SESSIONS, (before, before)):
+        if await execute(connection, sql.DELETE_IF_EXPIRED, (session_id, before)):
+            deleted.append(session_id)
+    if deleted:
+        await record(connection, sessions=deleted)
+    return len(deleted)
+
+
+async def delete_one(connection: Connection, session_id: str) -> bool:
+    """Delete one session (its events and parts cascade)."""
+    return await execute(connection, DELETE_SESSION, (session_id,)) > 0
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def feed(connection: Connection) -> Callable[[Request], Awaitable[Any]]:
+    """The answers to the cache's requests, read on ``connection`` (in its snapshot)."""
+
+    async def answer(request: Request) -> Any:
+        if isinstance(request, ReadPosition):
+            return Position(*map(int, await fetch_one(connection, SNAPSHOT_POSITION)))
+        if isinstance(request, ChangesAfter):
+            found = await fetch_all(connection, CHANGES_AFTER, (request.change,))
+            rowids = sorted({int(row[0]) for row in found if row[1] == ""})
+            return Changes(rowids, sorted({row[1] for row in found if row[1] != ""}))
+        if isinstance(request, SessionsOf):
+            return await fetch_all(connection, SESSIONS, (json_list(request.ids),))
+        model, width = request.key
+        parameters: dict[str, Any] = {"width": 4 * width, "model": model}
+        by_model = model is not None
+        if isinstance(request, CountVectors):
+            return int((await fetch_one(connection, COUNT_VECTORS[by_model], parameters))[0])
+        if isinstance(request, VectorsAfter):
+            parameters |= {"after": request.after, "limit": request.limit}
+            return _rows(await fetch_all(connection, VECTORS_AFTER[by_model], parameters))
+        rows: list[Any] = []
+        if request.rowids:
+            parameters["rowids"] = json.dumps(request.rowids)
+            rows += await fetch_all(connection, VECTORS_OF_ROWS[by_model], parameters)
+        if request.sessions:
+            parameters["sessions"] = json_list(request.sessions)
+            rows += await fetch_all(connection, VECTORS_OF_SESSIONS[by_model], parameters)
+        return _rows(sorted({int(row[0]): row for row in rows}.values(), key=_row_id))
+
+    return answer
+
+
+def _row_id(row: Sequence[Any]) -> int:
+    return int(row[0])
+
+
+def _rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, bytes, str, str]]:
+    return [(int(row[0]), bytes(row[1]), row[2], row[3]) for row in rows]
