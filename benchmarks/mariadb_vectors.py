@@ -21,7 +21,7 @@ falls on all alike: with the graph kept (11.8, the loaded database), with the ca
 change feed (a second database, which has no graph), and with the feed's step left out
 (what an append was before the feed).
 
-    .venv/bin/python benchmarks/mariadb_vectors.py [--server 11.8|10.11]
+    .venv/bin/python benchmarks/mariadb_vectors.py [--server 11.8|10.11] [--durable]
         [--sentences N] [--ef-search 20,40,100] [--m 16]
 """
 
@@ -49,7 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 async def run(
-    corpus: Corpus, server_version: str, ef_searches: list[int], graph_m: int, exact_queries: int
+    corpus: Corpus,
+    server_version: str,
+    ef_searches: list[int],
+    graph_m: int,
+    exact_queries: int,
+    durable: bool,
 ) -> None:
     from tests.servers.mariadb import MARIADB_11_HOME, MariaDBServer
 
@@ -59,7 +64,7 @@ async def run(
     if server_version == "11.8":
         settings["mhnsw-max-cache-size"] = str(2**31)
         home = MARIADB_11_HOME
-    with MariaDBServer(home=home, settings=settings) as server:
+    with MariaDBServer(home=home, settings=settings, durable=durable) as server:
         url = server.url("vectors")
         async with await convostore.connect(f"{url}?vector_search=scan") as store:
             started = time.perf_counter()
@@ -188,6 +193,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", choices=["11.8", "10.11"], default="11.8")
     parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="innodb_flush_log_at_trx_commit=1 (a flush per commit), not the tests' 2",
+    )
+    parser.add_argument(
         "--sentences", type=int, default=100_000, help="the first N of the cached 100,000"
     )
     parser.add_argument("--queries", type=int, default=200, help="the first N of the 200")
@@ -212,7 +222,16 @@ def main() -> None:
         f"{corpus.vectors.shape[1]} ({corpus.model}), {len(corpus.queries)} held-out queries"
     )
     ef_searches = [int(value) for value in arguments.ef_search.split(",")]
-    asyncio.run(run(corpus, arguments.server, ef_searches, arguments.m, arguments.exact_queries))
+    asyncio.run(
+        run(
+            corpus,
+            arguments.server,
+            ef_searches,
+            arguments.m,
+            arguments.exact_queries,
+            arguments.durable,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -44,8 +44,9 @@ if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true
 import asyncmy
 
 from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, MySQLTarget, parse_mysql_url
-from convostore.backends.mysql.connection import RollbackAndReturn, in_transaction
+from convostore.backends.mysql.connection import DRIVER
 from convostore.backends.mysql.operations import fetch_all, fetch_one
+from convostore.backends.sql.aio import RollbackAndReturn, in_transaction
 from tests.backends.faults import appends_survive_a_restart, the_pool_recovers
 from tests.backends.support import served, server_unavailable
 from tests.servers.mariadb import (
@@ -415,7 +416,7 @@ async def test_a_lock_wait_timeout_is_retried_then_succeeds(stores: Stores) -> N
     async with pool(store).acquire() as holder, pool(store).acquire() as waiter:
         await holder.begin()
         await fetch_one(holder, "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session.id,))
-        running = asyncio.create_task(in_transaction(waiter, 3, append_title))
+        running = asyncio.create_task(in_transaction(DRIVER, waiter, 3, append_title))
         await second_attempt.wait()
         await holder.rollback()
         assert await running == 0
@@ -434,6 +435,7 @@ async def test_a_lock_wait_timeout_after_the_retries_is_unavailable(stores: Stor
                 await fetch_all(waiter, "SET SESSION innodb_lock_wait_timeout = 1")
                 with pytest.raises(asyncmy.errors.OperationalError) as timed_out:
                     await in_transaction(
+                        DRIVER,
                         waiter,
                         1,
                         fetch_one,
@@ -470,7 +472,7 @@ async def test_a_deadlock_victim_is_run_again(stores: Stores) -> None:
         await holder.begin()
         # The holder changes rows, so InnoDB keeps it and ends the other.
         await fetch_one(holder, "UPDATE sessions SET title = 'held' WHERE id = %s", (one.id,))
-        running = asyncio.create_task(in_transaction(victim, 2, lock_two_then_one))
+        running = asyncio.create_task(in_transaction(DRIVER, victim, 2, lock_two_then_one))
         await victim_waits.wait()
         await fetch_one(holder, "UPDATE sessions SET title = 'held' WHERE id = %s", (two.id,))
         await holder.commit()
@@ -495,7 +497,7 @@ async def test_rollback_and_return_writes_nothing(stores: Stores) -> None:
         raise RollbackAndReturn("given up")
 
     async with pool(store).acquire() as connection:
-        assert await in_transaction(connection, 0, retitle_then_give_up) == "given up"
+        assert await in_transaction(DRIVER, connection, 0, retitle_then_give_up) == "given up"
     assert (await store.get_session(session.id)) == session
 
 

@@ -1,11 +1,14 @@
-"""How a backend describes its schema migrations to ``convostore migrate --dry-run``."""
+"""How a backend describes its schema migrations to ``convostore migrate --dry-run``, and
+refuses a schema a newer convostore wrote."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-__all__ = ["describe", "pending"]
+from convostore.errors import SchemaVersionError
+
+__all__ = ["describe", "pending", "refuse_newer"]
 
 _OBJECT = re.compile(
     r"\b(CREATE|ALTER|DROP)\s+(?:UNIQUE\s+|VIRTUAL\s+)?(TABLE|INDEX|TRIGGER|VIEW|EXTENSION)"
@@ -32,3 +35,13 @@ def pending(recorded: int, migrations: Sequence[Sequence[str]]) -> list[str]:
         describe(number, migrations[number - 1])
         for number in range(recorded + 1, len(migrations) + 1)
     ]
+
+
+def refuse_newer(recorded: int, known: int, where: str) -> None:
+    """`SchemaVersionError` when the database (``where``) records a schema version newer
+    than the ``known`` one this convostore writes and reads."""
+    if recorded > known:
+        raise SchemaVersionError(
+            f"{where} has convostore schema version {recorded}, newer than version "
+            f"{known} this convostore knows; upgrade convostore to open it"
+        )

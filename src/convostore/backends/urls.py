@@ -3,11 +3,29 @@ and seconds checked against their range, passwords kept out of messages."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from convostore.errors import InvalidArgumentError
 
-__all__ = ["query_options", "redacted", "seconds", "whole_number"]
+__all__ = [
+    "Parse",
+    "check_pool",
+    "one_of",
+    "optional_text",
+    "query_options",
+    "redacted",
+    "seconds",
+    "whole",
+    "whole_number",
+    "with_options",
+]
+
+# How one option's text becomes its value: (option name, text) -> value.
+Parse = Callable[[str, str], Any]
+T = TypeVar("T")
 
 
 def query_options(query: str, what: str) -> list[tuple[str, str]]:
@@ -41,6 +59,51 @@ def seconds(name: str, value: str) -> float:
     if not 0 < number <= 3600:
         raise InvalidArgumentError(f"{name} must be a number of seconds up to 3600, not {value!r}")
     return number
+
+
+def whole(lowest: int, highest: int) -> Parse:
+    return lambda name, value: whole_number(name, value, lowest, highest)
+
+
+def one_of(choices: Mapping[str, Any]) -> Parse:
+    """One of ``choices``' names, in any case, as its value."""
+
+    def parse(name: str, value: str) -> Any:
+        if value.lower() not in choices:
+            raise InvalidArgumentError(f"{name} must be one of {sorted(choices)}, not {value!r}")
+        return choices[value.lower()]
+
+    return parse
+
+
+def optional_text(name: str, value: str) -> str | None:
+    return value or None
+
+
+def with_options(
+    target: T,
+    query: str,
+    parsers: Mapping[str, Parse],
+    what: str,
+    passed_on: list[tuple[str, str]] | None = None,
+) -> T:
+    """``target`` (a dataclass) with each option of ``query`` (`query_options`) set on the
+    field of its name, parsed by ``parsers[name]``. An option with no parser goes to
+    ``passed_on``, or without one is `InvalidArgumentError` (``what``: "the MySQL URL")."""
+    for name, value in query_options(query, what):
+        parse = parsers.get(name)
+        if parse is not None:
+            target = replace(target, **{name: parse(name, value)})  # type: ignore[type-var]
+        elif passed_on is not None:
+            passed_on.append((name, value))
+        else:
+            raise InvalidArgumentError(f"unknown option {name!r} in {what}")
+    return target
+
+
+def check_pool(min_size: int, max_size: int) -> None:
+    if max_size < max(1, min_size):
+        raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
 
 
 def redacted(url: str) -> str:

@@ -14,12 +14,7 @@ from convostore import EventWrite, MessageWrite, PageRequest, Role, SessionOrder
 from convostore.backends.sqlite import SQLiteTarget
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import open_connection
-from convostore.backends.sqlite.schema import (
-    CREATE_SCHEMA_TABLE,
-    MIGRATIONS,
-    RECORD_MIGRATION,
-    SCHEMA_VERSION,
-)
+from convostore.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
 from convostore.backends.sqlite.text_index import BATCH
 from convostore.ids import new_id
 from tests.backends.sqlite.support import ADA, db_url
@@ -53,11 +48,11 @@ class OldDatabase:
         assert version < SCHEMA_VERSION
         self.connection = open_connection(SQLiteTarget(str(path)), reader=False)
         self.connection.execute("PRAGMA journal_mode = WAL")
-        self.connection.execute(CREATE_SCHEMA_TABLE)
+        self.connection.execute(VERSION_TABLE.create)
         for number, statements in enumerate(MIGRATIONS[:version], start=1):
             for statement in statements:
                 self.connection.execute(statement)
-            self.connection.execute(RECORD_MIGRATION, (number, 0))
+            self.connection.execute(VERSION_TABLE.record, {"version": number, "applied_at": 0})
         self.connection.execute(sql.UPSERT_USER, ("ada", "Ada", None, None, "human", "{}"))
 
     def session(self) -> str:

@@ -16,8 +16,8 @@ from typing import Any, Final
 from convostore._json import indexable, loads
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.values import metadata_entry
+from convostore.backends.migrations import refuse_newer
 from convostore.embedding import Metric, VectorIndexSpec
-from convostore.errors import SchemaVersionError
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -61,11 +61,7 @@ async def read_pending_migrations(run: Run, where: str) -> list[str]:
     recorded version has them all pending."""
     rows = await run(q.READ_SCHEMA, _KEY)
     recorded = int(rows[0][0] or 0) if rows else 0
-    if recorded > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{where} has convostore schema version {recorded}, newer than version "
-            f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
-        )
+    refuse_newer(recorded, SCHEMA_VERSION, where)
     return [
         f"{number}: "
         + ", ".join(
@@ -88,11 +84,7 @@ async def prepare_graph(
     rows = await run(q.READ_SCHEMA, _KEY)
     version, _, dimensions, metric, model = rows[0]
     recorded = int(version or 0)
-    if recorded > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{where} has convostore schema version {recorded}, newer than version "
-            f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
-        )
+    refuse_newer(recorded, SCHEMA_VERSION, where)
     existing = await indexes(run)
     ranges = {(label, prop): ddl_text for label, prop, ddl_text in queries.range_indexes()}
     for migration in MIGRATIONS[:SCHEMA_VERSION]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from convostore.backends.urls import query_options, seconds, whole_number
+from convostore.backends.urls import Parse, seconds, whole, with_options
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_GRAPH", "DEFAULT_PORT", "SCHEMES", "FalkorDBTarget", "parse_falkordb_url"]
@@ -31,6 +31,12 @@ DEFAULT_PORT: Final = 6379
 GRAPH_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 _SSL_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS: Final = ("required", "optional", "none")
+_OPTIONS: Final[dict[str, Parse]] = {
+    "pool_max_size": whole(1, 1000),
+    "pool_timeout": seconds,
+    "connect_timeout": seconds,
+    "socket_timeout": seconds,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,23 +85,15 @@ def parse_falkordb_url(url: str) -> FalkorDBTarget:
         password=unquote(parts.password) if parts.password is not None else None,
         tls=scheme == "falkordbs",
     )
-    query = query_options(parts.query, "the FalkorDB URL")
+    given: list[tuple[str, str]] = []
+    target = with_options(target, parts.query, _OPTIONS, "the FalkorDB URL", given)
     ssl: dict[str, str] = {}
-    for name, value in query:
-        if name == "pool_max_size":
-            target = replace(target, pool_max_size=whole_number(name, value, 1, 1000))
-        elif name == "pool_timeout":
-            target = replace(target, pool_timeout=seconds(name, value))
-        elif name == "connect_timeout":
-            target = replace(target, connect_timeout=seconds(name, value))
-        elif name == "socket_timeout":
-            target = replace(target, socket_timeout=seconds(name, value))
-        elif name in _SSL_OPTIONS or name == "ssl_cert_reqs":
-            if not target.tls:
-                raise InvalidArgumentError(f"{name} needs a falkordbs:// (TLS) URL")
-            if name == "ssl_cert_reqs" and value not in _CERT_REQS:
-                raise InvalidArgumentError(f"ssl_cert_reqs must be one of {_CERT_REQS}")
-            ssl[name] = value
-        else:
+    for name, value in given:
+        if name not in _SSL_OPTIONS and name != "ssl_cert_reqs":
             raise InvalidArgumentError(f"unknown option {name!r} in the FalkorDB URL")
+        if not target.tls:
+            raise InvalidArgumentError(f"{name} needs a falkordbs:// (TLS) URL")
+        if name == "ssl_cert_reqs" and value not in _CERT_REQS:
+            raise InvalidArgumentError(f"ssl_cert_reqs must be one of {_CERT_REQS}")
+        ssl[name] = value
     return replace(target, ssl=ssl)

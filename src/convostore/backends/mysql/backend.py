@@ -23,26 +23,22 @@ from convostore.backends.interface import (
 from convostore.backends.mysql import native_vectors, search, vector_feed
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
+    DRIVER,
     Connection,
     in_snapshot,
-    in_transaction,
     is_connection_lost,
     open_pool,
     translate_error,
 )
 from convostore.backends.mysql.migrate import (
-    add_indexed_keys,
     migration_lock,
     prepare_database,
     read_pending_migrations,
-    remove_indexed_key,
 )
 from convostore.backends.mysql.operations import (
     check_size,
     execute,
-    fetch_all,
     read_events,
-    update_returning,
     write_append,
     write_find_or_insert_part,
     write_insert_session,
@@ -50,7 +46,8 @@ from convostore.backends.mysql.operations import (
 )
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
-from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.aio import AsyncSQLBackend
+from convostore.backends.sql.backend import Parameters
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.vector_cache import VectorCache
@@ -69,7 +66,7 @@ T = TypeVar("T")
 _DRIVER_ERRORS = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
 
 
-class MySQLBackend(SQLBackend):
+class MySQLBackend(AsyncSQLBackend[Connection]):
     """One MySQL 8 or MariaDB (10.6 or newer) database.
 
     Each primitive takes one connection from asyncmy's pool and runs as one statement
@@ -78,9 +75,12 @@ class MySQLBackend(SQLBackend):
     """
 
     statements = sql.STATEMENTS
+    driver = DRIVER
+    key_statements = sql.KEY_STATEMENTS
 
     def __init__(self, target: MySQLTarget) -> None:
         self.target = target
+        self.retries = target.deadlock_retries
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
         # Text search runs on a FULLTEXT index; vectors are searched as the URL's
         # ``vector_search`` chooses (see `search`).
@@ -194,32 +194,18 @@ class MySQLBackend(SQLBackend):
         finally:
             pool.release(connection)
 
-    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``fn(connection, *args)`` on a connection of the pool."""
-        async with self._connection() as connection:
-            return await fn(connection, *args)
-
-    async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``fn(connection, *args)`` in one transaction, retried on a deadlock."""
-        async with self._connection() as connection:
-            return await in_transaction(connection, self.target.deadlock_retries, fn, *args)
-
     async def _snapshot(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one consistent read snapshot."""
         async with self._connection() as connection:
             return await in_snapshot(connection, fn, *args)
 
-    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
-        return await self._run(fetch_all, statement, parameters)
-
     async def _changed(self, statement: str, parameters: Parameters) -> int:
         check_size(parameters.values(), self.facts.max_packet, "the write")
-        return await self._run(execute, statement, parameters)
+        return await super()._changed(statement, parameters)
 
     async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
         check_size(parameters.values(), self.facts.max_packet, "the write")
-        row: Sequence[Any] | None = await self._write(update_returning, statement, parameters)
-        return row
+        return await super()._returning(statement, parameters)
 
     # ---------------------------------------------------------------- users and sessions
 
@@ -250,12 +236,6 @@ class MySQLBackend(SQLBackend):
                 native_vectors.delete_expired, to_micros(before), vector_feed.delete_expired
             )
         return await self._write(vector_feed.delete_expired, to_micros(before))
-
-    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
-        return await self._run(add_indexed_keys, keys)
-
-    async def remove_indexed_key(self, key: str) -> bool:
-        return await self._write(remove_indexed_key, key)
 
     # ---------------------------------------------------------------- the log
 

@@ -1,26 +1,26 @@
-"""How a store's connections are opened and set up, its transactions run, and where
-asyncmy's errors end.
+"""How a store's connections are opened and set up, how asyncmy runs statements and
+transactions (`DRIVER`), and where its errors end.
 
 Every connection is in autocommit mode, in utf8mb4, with times in UTC, strict SQL mode
 (a value too long for its column is an error, never cut) and READ COMMITTED as its
 isolation level. A primitive that is one statement is its own transaction. One of
-several statements runs in `in_transaction`: READ COMMITTED, because every write
-serialises where it must on a row lock it takes first (the session's row, FOR UPDATE)
-and then sees what committed before it; REPEATABLE READ's gap locks would add
-deadlocks between appends to different sessions and nothing a write needs. Reads of
-several statements run in `in_snapshot` (REPEATABLE READ, one consistent snapshot).
+several statements runs in `convostore.backends.sql.aio.in_transaction`: READ
+COMMITTED, because every write serialises where it must on a row lock it takes first
+(the session's row, FOR UPDATE) and then sees what committed before it; REPEATABLE
+READ's gap locks would add deadlocks between appends to different sessions and nothing
+a write needs. Reads of several statements run in `in_snapshot` (REPEATABLE READ, one
+consistent snapshot).
 
-InnoDB may still end a transaction as a deadlock victim or after a lock wait timeout;
-`in_transaction` runs it again, a bounded number of times, then raises `ConflictError`
-(deadlock) or `BackendUnavailableError` (lock wait timeout).
+InnoDB may still end a transaction as a deadlock victim or after a lock wait timeout:
+such a transaction is run again (`MySQLDriver.retryable`), a bounded number of times,
+then raises `ConflictError` (deadlock) or `BackendUnavailableError` (lock wait timeout).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import random
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final, TypeVar
 
 import asyncmy
@@ -30,6 +30,7 @@ from asyncmy.pool import Pool
 
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget
+from convostore.backends.sql.aio import Driver
 from convostore.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -38,19 +39,16 @@ from convostore.errors import (
 )
 
 __all__ = [
+    "DRIVER",
     "Connection",
-    "RollbackAndReturn",
     "connect_options",
     "in_snapshot",
-    "in_transaction",
     "is_connection_lost",
     "open_connection",
     "open_pool",
     "session_setup",
     "translate_error",
 ]
-
-log = logging.getLogger("convostore.mysql")
 
 T = TypeVar("T")
 
@@ -73,16 +71,54 @@ _SQL_MODE: Final = (
 _ISOLATION_VARIABLE: Final = {"mariadb": "tx_isolation", "mysql": "transaction_isolation"}
 _REPEATABLE_READ: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 _SNAPSHOT: Final = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
-# The first retry waits about this long, each later one twice as long as the last.
-_RETRY_BASE_S: Final = 0.005
 
 
-class RollbackAndReturn(Exception):
-    """Raised inside `in_transaction` to roll back and return ``value``."""
+class MySQLDriver(Driver[Connection]):
+    async def fetch_one(
+        self, connection: Connection, statement: str, parameters: Any = None
+    ) -> Any:
+        async with connection.cursor() as cursor:
+            await cursor.execute(statement, parameters)
+            return await cursor.fetchone()
 
-    def __init__(self, value: Any) -> None:
-        super().__init__()
-        self.value = value
+    async def fetch_all(
+        self, connection: Connection, statement: str, parameters: Any = None
+    ) -> list[Any]:
+        async with connection.cursor() as cursor:
+            await cursor.execute(statement, parameters)
+            return list(await cursor.fetchall())
+
+    async def execute(self, connection: Connection, statement: str, parameters: Any = None) -> int:
+        async with connection.cursor() as cursor:
+            changed: int = await cursor.execute(statement, parameters)
+            return changed
+
+    async def execute_many(
+        self, connection: Connection, statement: str, rows: Sequence[Any]
+    ) -> None:
+        async with connection.cursor() as cursor:
+            await cursor.executemany(statement, rows)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, connection: Connection) -> AsyncIterator[None]:
+        await connection.begin()
+        try:
+            yield
+            await connection.commit()
+        except BaseException as error:
+            # A lost connection has no transaction left to roll back.
+            if connection.connected and not is_connection_lost(error):
+                await connection.rollback()
+            raise
+
+    def retryable(self, error: BaseException) -> bool:
+        return isinstance(error, errors.OperationalError) and error_code(error) in (
+            ER_LOCK_DEADLOCK,
+            ER_LOCK_WAIT_TIMEOUT,
+        )
+
+
+DRIVER: Final = MySQLDriver()
 
 
 def session_setup(facts: ServerFacts) -> str:
@@ -133,41 +169,6 @@ async def open_pool(target: MySQLTarget, facts: ServerFacts) -> Pool:
         **options,
     )
     return pool
-
-
-async def in_transaction(
-    connection: Connection,
-    retries: int,
-    fn: Callable[..., Awaitable[T]],
-    *args: Any,
-) -> T:
-    """``fn(connection, *args)`` in one READ COMMITTED transaction, committed when it
-    returns and rolled back when it raises; run again when InnoDB ends it as a deadlock
-    victim or after a lock wait timeout, up to ``retries`` more times."""
-    for attempt in range(retries + 1):
-        await connection.begin()
-        try:
-            result = await fn(connection, *args)
-            await connection.commit()
-            return result
-        except RollbackAndReturn as signal:
-            await connection.rollback()
-            value: T = signal.value
-            return value
-        except errors.OperationalError as error:
-            code = error_code(error)
-            if code in _CONNECTION_LOST:
-                raise
-            await connection.rollback()
-            if code not in (ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT) or attempt == retries:
-                raise
-            log.debug("retrying a transaction after error %s (attempt %d)", code, attempt + 1)
-            await asyncio.sleep(_RETRY_BASE_S * 2**attempt * (0.5 + random.random()))
-        except BaseException:
-            if connection.connected:
-                await connection.rollback()
-            raise
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def in_snapshot(connection: Connection, fn: Callable[..., Awaitable[T]], *args: Any) -> T:

@@ -1,8 +1,8 @@
 """What each store operation does on one connection: plain async functions.
 
-A ``write_`` function runs inside `connection.in_transaction` (one READ COMMITTED
-transaction, retried on a deadlock); a ``read_`` function of several statements runs
-inside `connection.in_snapshot` where it needs one snapshot. Each is all of one
+A ``write_`` function runs inside `convostore.backends.sql.aio.in_transaction` (one READ
+COMMITTED transaction, retried on a deadlock); a ``read_`` function of several statements
+runs inside `connection.in_snapshot` where it needs one snapshot. Each is all of one
 primitive of `convostore.backends.interface.Backend`; what its statements found is
 decided by `convostore.backends.sql.decisions`.
 """
@@ -17,15 +17,11 @@ from asyncmy import errors
 
 from convostore._time import to_micros
 from convostore.backends.mysql import statements as sql
-from convostore.backends.mysql.connection import (
-    ER_DUP_ENTRY,
-    Connection,
-    RollbackAndReturn,
-    error_code,
-)
+from convostore.backends.mysql.connection import DRIVER, ER_DUP_ENTRY, Connection, error_code
 from convostore.backends.mysql.rows import event_from_row, event_row, new_session_row
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
 from convostore.backends.sql import decisions
+from convostore.backends.sql.aio import RollbackAndReturn
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.values import json_list
@@ -53,7 +49,6 @@ __all__ = [
     "fetch_one",
     "json_list",
     "read_events",
-    "update_returning",
     "write_append",
     "write_delete_expired",
     "write_find_or_insert_part",
@@ -62,33 +57,10 @@ __all__ = [
 ]
 
 
-async def fetch_one(connection: Connection, statement: str, parameters: Any = None) -> Any:
-    async with connection.cursor() as cursor:
-        await cursor.execute(statement, parameters)
-        return await cursor.fetchone()
-
-
-async def fetch_all(connection: Connection, statement: str, parameters: Any = None) -> list[Any]:
-    async with connection.cursor() as cursor:
-        await cursor.execute(statement, parameters)
-        return list(await cursor.fetchall())
-
-
-async def execute(connection: Connection, statement: str, parameters: Any = None) -> int:
-    """Run the statement; how many rows it changed itself (not its cascades)."""
-    async with connection.cursor() as cursor:
-        return await cursor.execute(statement, parameters)
-
-
-async def update_returning(
-    connection: Connection, statement: str, parameters: dict[str, Any]
-) -> Any:
-    """Run an UPDATE of one session (its ``id`` parameter), then read the session back:
-    what RETURNING gives where there is one. None if it changed nothing (the stamp
-    always changes, so a session that exists is always a changed row)."""
-    if not await execute(connection, statement, parameters):
-        return None
-    return await fetch_one(connection, sql.STATEMENTS.select_session, parameters)
+fetch_one = DRIVER.fetch_one
+fetch_all = DRIVER.fetch_all
+execute = DRIVER.execute
+_execute_many = DRIVER.execute_many
 
 
 # What a statement's text costs beyond its values, with room to spare.
@@ -110,11 +82,6 @@ def check_size(parameters: Iterable[Any], limit: int, what: str) -> None:
             f"{what} is too large for this server: about {size} bytes, and its "
             f"max_allowed_packet is {limit}"
         )
-
-
-async def _execute_many(connection: Connection, statement: str, rows: list[Any]) -> None:
-    async with connection.cursor() as cursor:
-        await cursor.executemany(statement, rows)
 
 
 # ---------------------------------------------------------------------------- writes

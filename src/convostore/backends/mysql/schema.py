@@ -25,8 +25,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Final
 
-from convostore._time import to_micros, utc_now
-from convostore.errors import SchemaVersionError
+from convostore.backends.sql.migrate import VersionTable
 
 __all__ = [
     "MIGRATIONS",
@@ -34,7 +33,6 @@ __all__ = [
     "TEXT_COLLATIONS",
     "TOKEN_PREFIX",
     "ServerFacts",
-    "migration_statements",
 ]
 
 # Put before every indexed word: two characters lift a one-letter word to InnoDB's
@@ -197,15 +195,20 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The schema version this code writes and reads."""
 
-CREATE_SCHEMA_TABLE: Final = (
-    "CREATE TABLE IF NOT EXISTS convostore_schema ("
-    " version INT NOT NULL PRIMARY KEY, applied_at BIGINT NOT NULL)" + _TABLE
-)
-RECORDED_VERSION: Final = "SELECT coalesce(max(version), 0) FROM convostore_schema"
-RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version, applied_at) VALUES (%s, %s)"
-SCHEMA_TABLE_EXISTS: Final = (
-    "SELECT count(*) FROM information_schema.tables"
-    " WHERE table_schema = DATABASE() AND table_name = 'convostore_schema'"
+# The versions applied (see `convostore.backends.sql.migrate`).
+VERSION_TABLE: Final = VersionTable(
+    exists=(
+        "SELECT count(*) FROM information_schema.tables"
+        " WHERE table_schema = DATABASE() AND table_name = 'convostore_schema'"
+    ),
+    recorded="SELECT coalesce(max(version), 0) FROM convostore_schema",
+    create=(
+        "CREATE TABLE IF NOT EXISTS convostore_schema (version INT NOT NULL PRIMARY KEY,"
+        " applied_at BIGINT NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+    ),
+    record=(
+        "INSERT INTO convostore_schema (version, applied_at) VALUES (%(version)s, %(applied_at)s)"
+    ),
 )
 # A named lock is the server's, not the database's: its name holds a digest of the
 # database's name (at most 64 characters). Waits up to the given seconds.
@@ -214,16 +217,6 @@ RELEASE_MIGRATION_LOCK: Final = "SELECT RELEASE_LOCK(%s)"
 STOPWORDS_OFF: Final = "SET SESSION innodb_ft_enable_stopword = 0"
 SERVER_VERSION: Final = "SELECT VERSION(), @@max_allowed_packet"
 
-SELECT_INDEXED_KEYS: Final = "SELECT name FROM indexed_metadata_keys"
-# A key another store added meanwhile is left as it is: "changes" nothing, counts 0.
-INSERT_INDEXED_KEY: Final = (
-    "INSERT INTO indexed_metadata_keys (name) VALUES (%s) ON DUPLICATE KEY UPDATE name = name"
-)
-DELETE_INDEXED_KEY: Final = "DELETE FROM indexed_metadata_keys WHERE name = %s"
-DELETE_KEY_ENTRIES: Final = "DELETE FROM session_metadata WHERE name = %s"
-SESSIONS_WITH_KEY: Final = (
-    "SELECT id, metadata FROM sessions WHERE JSON_CONTAINS_PATH(metadata, 'one', %s)"
-)
 # Characters of a metadata value the index holds.
 VALUE_PREFIX_LENGTH: Final = 512
 
@@ -258,20 +251,3 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 def migration_lock_name(database: str) -> str:
     return "convostore:" + hashlib.sha256(database.encode()).hexdigest()[:40]
-
-
-def migration_statements(number: int, facts: ServerFacts) -> list[str]:
-    """The statements of migration ``number`` (1-based) for this server."""
-    return [statement.format(collation=facts.collation) for statement in MIGRATIONS[number - 1]]
-
-
-def refuse_newer(version: int, where: str) -> None:
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"the database {where} has schema version {version}, newer than version "
-            f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
-        )
-
-
-def applied_at() -> int:
-    return to_micros(utc_now())

@@ -24,6 +24,7 @@ from convostore.backends.sql.statements import (
     columns,
 )
 from convostore.backends.sql.values import MICROS_READER, json_list
+from convostore.backends.sql.writes import KeyStatements
 
 # What an insert writes beyond the fields read back: the text filter's and the text
 # index's forms of the content.
@@ -147,6 +148,24 @@ INSERT_METADATA_ENTRY: Final = (
     " VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE value_prefix = value_prefix"
 )
 DELETE_METADATA_ENTRIES: Final = "DELETE FROM session_metadata WHERE session_id = %s"
+# Adding an indexed key; a key another store added meanwhile is left as it is
+# ("changes" nothing, counts 0).
+KEY_STATEMENTS: Final = KeyStatements(
+    insert_key=(
+        "INSERT INTO indexed_metadata_keys (name) VALUES (%(name)s)"
+        " ON DUPLICATE KEY UPDATE name = name"
+    ),
+    sessions_with_key=(
+        "SELECT id, metadata FROM sessions WHERE JSON_CONTAINS_PATH(metadata, 'one', %(path)s)"
+    ),
+    insert_entry=INSERT_METADATA_ENTRY,
+    entry=lambda name, value, session_id: (
+        session_id,
+        name,
+        value[:VALUE_PREFIX_LENGTH],
+        value,
+    ),
+)
 
 # ---------------------------------------------------------------------------- the log
 

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import re
 import ssl as tls
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final, Literal
 from urllib.parse import unquote, urlsplit
 
-from convostore.backends.urls import query_options, redacted, seconds, whole_number
+from convostore.backends.urls import (
+    Parse,
+    check_pool,
+    one_of,
+    optional_text,
+    redacted,
+    seconds,
+    whole,
+    with_options,
+)
 from convostore.errors import InvalidArgumentError
 
 __all__ = [
@@ -43,6 +52,17 @@ _SSL_MODES: Final[dict[str, SslMode]] = {
 }
 _MAX_POOL_SIZE = 1000
 _MAX_RETRIES = 100
+_OPTIONS: Final[dict[str, Parse]] = {
+    "pool_min_size": whole(0, _MAX_POOL_SIZE),
+    "pool_max_size": whole(1, _MAX_POOL_SIZE),
+    "pool_timeout": seconds,
+    "connect_timeout": seconds,
+    "deadlock_retries": whole(0, _MAX_RETRIES),
+    "ssl": one_of(_SSL_MODES),
+    "ssl_ca": optional_text,
+    "unix_socket": optional_text,
+    "vector_search": one_of({choice: choice for choice in VECTOR_SEARCHES}),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,38 +149,6 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         password=None if parts.password is None else unquote(parts.password),
         database=database,
     )
-    for name, value in query_options(parts.query, "the MySQL URL"):
-        target = _with_option(target, name, value)
-    if target.pool_max_size < max(1, target.pool_min_size):
-        raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
+    target = with_options(target, parts.query, _OPTIONS, "the MySQL URL")
+    check_pool(target.pool_min_size, target.pool_max_size)
     return target
-
-
-def _with_option(target: MySQLTarget, name: str, value: str) -> MySQLTarget:
-    if name == "pool_min_size":
-        return replace(target, pool_min_size=whole_number(name, value, 0, _MAX_POOL_SIZE))
-    if name == "pool_max_size":
-        return replace(target, pool_max_size=whole_number(name, value, 1, _MAX_POOL_SIZE))
-    if name == "pool_timeout":
-        return replace(target, pool_timeout=seconds(name, value))
-    if name == "connect_timeout":
-        return replace(target, connect_timeout=seconds(name, value))
-    if name == "deadlock_retries":
-        return replace(target, deadlock_retries=whole_number(name, value, 0, _MAX_RETRIES))
-    if name == "ssl":
-        mode = _SSL_MODES.get(value.lower())
-        if mode is None:
-            raise InvalidArgumentError(f"ssl must be one of {sorted(_SSL_MODES)}, not {value!r}")
-        return replace(target, ssl=mode)
-    if name == "vector_search":
-        for choice in VECTOR_SEARCHES:
-            if value.lower() == choice:
-                return replace(target, vector_search=choice)
-        raise InvalidArgumentError(
-            f"vector_search must be one of {list(VECTOR_SEARCHES)}, not {value!r}"
-        )
-    if name == "ssl_ca":
-        return replace(target, ssl_ca=value or None)
-    if name == "unix_socket":
-        return replace(target, unix_socket=value or None)
-    raise InvalidArgumentError(f"unknown option {name!r} in the MySQL URL")

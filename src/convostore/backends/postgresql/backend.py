@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -20,6 +20,7 @@ from convostore.backends.interface import (
 from convostore.backends.postgresql import search
 from convostore.backends.postgresql import statements as sql
 from convostore.backends.postgresql.connection import (
+    DRIVER,
     Connection,
     is_connection_lost,
     open_connection,
@@ -29,27 +30,23 @@ from convostore.backends.postgresql.connection import (
 )
 from convostore.backends.postgresql.operations import (
     append,
-    fetch_all,
-    fetch_one,
     find_or_insert_part,
     insert_session,
     put_user,
     read_events,
-    row_count,
     update_session,
 )
 from convostore.backends.postgresql.schema import (
     ADVISORY_LOCK_CLASS,
+    KEY_STATEMENTS,
     TAKE_SCHEMA_LOCK,
     ServerFacts,
-    add_indexed_keys,
     prepare_database,
     read_pending_migrations,
-    remove_indexed_key,
     search_path,
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
-from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.aio import AsyncSQLBackend
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
@@ -72,7 +69,7 @@ P = ParamSpec("P")
 _ITERATIVE_SCAN_SINCE = (0, 8)
 
 
-class PostgreSQLBackend(SQLBackend):
+class PostgreSQLBackend(AsyncSQLBackend[Connection]):
     """A PostgreSQL database (14 or newer), in one schema of it.
 
     Each primitive takes one connection from a `psycopg_pool.AsyncConnectionPool` and
@@ -81,6 +78,10 @@ class PostgreSQLBackend(SQLBackend):
     """
 
     statements = sql.STATEMENTS
+    driver = DRIVER
+    key_statements = KEY_STATEMENTS
+    # A transaction ended as a deadlock victim or by a serialization failure.
+    retries = 3
 
     def __init__(self, target: PostgreSQLTarget) -> None:
         self.target = target
@@ -174,27 +175,6 @@ class PostgreSQLBackend(SQLBackend):
                 self._check_pool()
             raise translate_error(error, self._where) from error
 
-    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
-        # Binary results: times and vectors arrive exact, with no text to parse.
-        return await self._run(fetch_all, statement, parameters, binary=True)
-
-    async def _changed(self, statement: str, parameters: Parameters) -> int:
-        return await self._run(row_count, statement, parameters)
-
-    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
-        row: Sequence[Any] | None = await self._run(fetch_one, statement, parameters, binary=True)
-        return row
-
-    async def _run(
-        self,
-        fn: Callable[Concatenate[Connection, P], Awaitable[T]],
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> T:
-        """``fn(connection, *args, **kwargs)`` on a connection of the pool."""
-        async with self._connection() as connection:
-            return await fn(connection, *args, **kwargs)
-
     def _check_pool(self) -> None:
         # A lost connection often means the server restarted: every idle connection is
         # lost too. Checking them now spares the next callers from finding out one by one.
@@ -217,12 +197,6 @@ class PostgreSQLBackend(SQLBackend):
 
     async def update_session(self, changes: SessionChanges) -> Session:
         return await self._run(update_session, changes)
-
-    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
-        return await self._run(add_indexed_keys, keys, self._schema_lock)
-
-    async def remove_indexed_key(self, key: str) -> bool:
-        return await self._run(remove_indexed_key, key)
 
     # ---------------------------------------------------------------- the log
 

@@ -10,6 +10,8 @@ planned once per connection.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
 import psycopg
@@ -18,9 +20,11 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from convostore.backends.postgresql.url import PostgreSQLTarget
+from convostore.backends.sql.aio import Driver
 from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
 
 __all__ = [
+    "DRIVER",
     "PREPARED_MAX",
     "Connection",
     "configure_connection",
@@ -43,6 +47,41 @@ CONFIGURE_SESSION: Final = (
     "SELECT set_config(setting.name, setting.value, false)"
     " FROM unnest(%s::text[], %s::text[]) AS setting (name, value)"
 )
+
+
+class PostgreSQLDriver(Driver[Connection]):
+    """Rows are read in binary: times and vectors arrive exact, with no text to parse."""
+
+    async def fetch_one(
+        self, connection: Connection, statement: str, parameters: Any = None
+    ) -> Any:
+        cursor = await connection.execute(statement, parameters, binary=True)
+        return await cursor.fetchone()
+
+    async def fetch_all(
+        self, connection: Connection, statement: str, parameters: Any = None
+    ) -> list[Any]:
+        cursor = await connection.execute(statement, parameters, binary=True)
+        return await cursor.fetchall()
+
+    async def execute(self, connection: Connection, statement: str, parameters: Any = None) -> int:
+        cursor = await connection.execute(statement, parameters)
+        return cursor.rowcount
+
+    async def execute_many(
+        self, connection: Connection, statement: str, rows: Sequence[Any]
+    ) -> None:
+        async with connection.cursor() as cursor:
+            await cursor.executemany(statement, rows)
+
+    def transaction(self, connection: Connection) -> AbstractAsyncContextManager[Any]:
+        return connection.transaction()
+
+    def retryable(self, error: BaseException) -> bool:
+        return isinstance(error, errors.SerializationFailure | errors.DeadlockDetected)
+
+
+DRIVER: Final = PostgreSQLDriver()
 
 
 def _read_json_as_text(connection: Connection) -> None:

@@ -56,7 +56,6 @@ __all__ = [
     "insert_session",
     "put_user",
     "read_events",
-    "row_count",
     "update_session",
 ]
 
@@ -83,12 +82,6 @@ async def fetch_all(
 ) -> list[Any]:
     cursor = await connection.execute(statement, parameters, binary=binary, prepare=prepare)
     return await cursor.fetchall()
-
-
-async def row_count(connection: Connection, statement: str, parameters: Any) -> int:
-    """How many rows the statement changed itself (not those its cascades change)."""
-    cursor = await connection.execute(statement, parameters)
-    return cursor.rowcount
 
 
 # ---------------------------------------------------------------------------- users

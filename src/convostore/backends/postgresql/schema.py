@@ -22,10 +22,12 @@ from typing import Any, Final
 from psycopg import AsyncConnection, sql
 from psycopg.errors import Error as DatabaseError
 
-from convostore.backends.migrations import pending
-from convostore.backends.postgresql.statements import LOCK_INDEXED_KEYS, STATEMENTS, VALUE_DIGEST
-from convostore.backends.sql.decisions import backfill
+from convostore.backends.postgresql.connection import DRIVER
+from convostore.backends.postgresql.statements import VALUE_DIGEST
+from convostore.backends.sql.aio import drive
+from convostore.backends.sql.migrate import VersionTable, migrate, pending_migrations
 from convostore.backends.sql.statements import SESSION_INDEXES
+from convostore.backends.sql.writes import KeyStatements
 from convostore.errors import SchemaVersionError
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "ServerFacts",
     "prepare_database",
     "read_pending_migrations",
+    "version_table",
 ]
 
 log = logging.getLogger("convostore.postgresql")
@@ -167,33 +170,34 @@ SERVER_FACTS: Final = """SELECT
     (SELECT array_agg(collname::text) FROM pg_collation
         WHERE collname IN ('pg_unicode_fast', 'und-x-icu')
         AND collencoding IN (-1, pg_char_to_encoding(current_setting('server_encoding')))),
-    EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s),
-    to_regclass(%s) IS NOT NULL"""
+    EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %s)"""
 VECTOR_EXTENSION: Final = (
     "SELECT n.nspname, x.extversion FROM pg_extension x"
     " JOIN pg_namespace n ON n.oid = x.extnamespace WHERE x.extname = 'vector'"
 )
 CREATE_VECTOR_EXTENSION: Final = "CREATE EXTENSION IF NOT EXISTS vector"
-CREATE_SCHEMA_TABLE: Final = """CREATE TABLE convostore_schema (
-    version integer PRIMARY KEY,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)"""
-RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version) VALUES (%s)"
 SET_LOCAL_SEARCH_PATH: Final = "SELECT set_config('search_path', %s, true)"
 
-# Found in the JSON text, which `decisions.backfill` then reads: PostgreSQL cannot take
-# a value apart that holds a NUL (as the escape \u0000), which JSON may hold.
-# The rows read are locked against deletion until the backfill commits (so their entries
-# meet their sessions); a session being deleted meanwhile is skipped, rather than waited
-# for while its delete waits for the backfill's lock on session_metadata.
-SESSIONS_WITH_KEY: Final = (
-    "SELECT id, metadata FROM sessions WHERE strpos(metadata::text, %s) > 0"
-    " FOR KEY SHARE SKIP LOCKED"
+# Adding an indexed key; a key another store added meanwhile is left as it is.
+KEY_STATEMENTS: Final = KeyStatements(
+    insert_key=(
+        "INSERT INTO indexed_metadata_keys (name) VALUES (%(name)s) ON CONFLICT DO NOTHING"
+    ),
+    # Found in the JSON text, which `decisions.backfill` then reads: PostgreSQL cannot
+    # take apart a value holding a NUL (the escape \u0000), which JSON may hold. The rows
+    # read are locked against deletion until the backfill commits (so their entries meet
+    # their sessions); a session being deleted meanwhile is skipped rather than waited
+    # for, since its delete waits for the key add's lock on session_metadata.
+    sessions_with_key=(
+        "SELECT id, metadata FROM sessions"
+        " WHERE strpos(metadata::text, '\"' || %(name)s || '\"') > 0 FOR KEY SHARE SKIP LOCKED"
+    ),
+    insert_entry=(
+        "INSERT INTO session_metadata (name, value, session_id) VALUES (%s, %s, %s)"
+        " ON CONFLICT DO NOTHING"
+    ),
+    entry=lambda name, value, session_id: (name, value, session_id),
 )
-INSERT_KEY_ENTRIES: Final = """INSERT INTO session_metadata (name, value, session_id)
-    SELECT %s, entry.value, entry.session_id
-    FROM unnest(%s::text[], %s::text[]) AS entry (value, session_id)
-    ON CONFLICT DO NOTHING"""
 
 MIN_SERVER_VERSION: Final = 140000
 # The collations whose lower() folds case as Python's str.lower() does, best first:
@@ -218,31 +222,18 @@ async def prepare_database(
     """Create the schema if need be, install pgvector where allowed and migrate to
     `SCHEMA_VERSION`: all in one transaction, under the schema's advisory lock. A newer
     schema raises `SchemaVersionError` and writes nothing."""
-    schema_table = sql.Identifier(schema, "convostore_schema").as_string(connection)
     async with connection.transaction():
         await connection.execute(TAKE_SCHEMA_LOCK, (ADVISORY_LOCK_CLASS, schema))
-        facts = await connection.execute(SERVER_FACTS, (schema, schema_table))
+        facts = await connection.execute(SERVER_FACTS, (schema,))
         row = await facts.fetchone()
         assert row is not None
         (
             version_num, vector_schema, vector_version, vector_available, collations,
-            schema_exists, versioned,
+            schema_exists,
         ) = row  # fmt: skip
         if version_num < MIN_SERVER_VERSION:
             raise SchemaVersionError(
                 f"{where} runs PostgreSQL {version_num // 10000}; convostore needs 14 or newer"
-            )
-        recorded = 0
-        if versioned:
-            version_query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
-                sql.Identifier(schema, "convostore_schema")
-            )
-            recorded_row = await (await connection.execute(version_query)).fetchone()
-            recorded = int(recorded_row[0]) if recorded_row else 0
-        if recorded > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"{where} has convostore schema version {recorded}, newer than version "
-                f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
             )
         if vector_schema is None and vector_available:
             await connection.execute(TAKE_EXTENSION_LOCK, (ADVISORY_LOCK_CLASS, EXTENSION_LOCK_KEY))
@@ -263,17 +254,9 @@ async def prepare_database(
         await connection.execute(SET_LOCAL_SEARCH_PATH, (search_path(schema, vector_schema),))
         # DDL only where something is missing: a role that may only read and write the
         # tables (not create in the schema) connects to an up-to-date schema.
-        if not versioned:
-            await connection.execute(CREATE_SCHEMA_TABLE)
-        for number in range(recorded + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[number - 1]:
-                await connection.execute(statement)
-            await connection.execute(RECORD_MIGRATION, (number,))
+        await drive(DRIVER, connection, migrate(version_table(schema), MIGRATIONS, where))
     text_collation = next((c for c in TEXT_COLLATIONS if c in (collations or ())), None)
     return ServerFacts(vector_schema, _version_tuple(vector_version), text_collation)
-
-
-SCHEMA_TABLE_EXISTS: Final = "SELECT to_regclass(%s) IS NOT NULL"
 
 
 async def read_pending_migrations(
@@ -281,21 +264,23 @@ async def read_pending_migrations(
 ) -> list[str]:
     """The migrations `prepare_database` would apply to ``schema``, read without
     writing or locking: a missing schema has them all pending."""
-    schema_table = sql.Identifier(schema, "convostore_schema").as_string(connection)
-    exists = await (await connection.execute(SCHEMA_TABLE_EXISTS, (schema_table,))).fetchone()
-    recorded = 0
-    if exists and exists[0]:
-        version_query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}").format(
-            sql.Identifier(schema, "convostore_schema")
-        )
-        row = await (await connection.execute(version_query)).fetchone()
-        recorded = int(row[0]) if row else 0
-    if recorded > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{where} has convostore schema version {recorded}, newer than version "
-            f"{SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
-        )
-    return pending(recorded, MIGRATIONS)
+    steps = pending_migrations(version_table(schema), MIGRATIONS, where)
+    return await drive(DRIVER, connection, steps)
+
+
+def version_table(schema: str) -> VersionTable:
+    """The table of the versions applied to ``schema``, named with its schema."""
+    table = sql.Identifier(schema, "convostore_schema").as_string(None)
+    return VersionTable(
+        exists="SELECT to_regclass(%(table)s) IS NOT NULL",
+        recorded=f"SELECT coalesce(max(version), 0) FROM {table}",
+        create=f"""CREATE TABLE IF NOT EXISTS {table} (
+            version integer PRIMARY KEY,
+            applied_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        record=f"INSERT INTO {table} (version) VALUES (%(version)s)",
+        parameters={"table": table},
+    )
 
 
 def search_path(schema: str, vector_schema: str | None) -> str:
@@ -319,42 +304,3 @@ def _version_tuple(version: str | None) -> tuple[int, ...]:
             break
         numbers.append(int(part))
     return tuple(numbers)
-
-
-async def add_indexed_keys(
-    connection: AsyncConnection[Any], keys: frozenset[str], lock: tuple[str, tuple[Any, ...]]
-) -> frozenset[str]:
-    """Record and backfill each key of ``keys`` not yet indexed, in one transaction under
-    the schema's advisory lock (``lock``); return every indexed key."""
-    async with connection.transaction():
-        indexed = await _indexed_keys(connection)
-        if keys <= indexed:
-            return frozenset(indexed)
-        await connection.execute(*lock)
-        # Every session write in flight commits first; later ones wait for this one.
-        await connection.execute(LOCK_INDEXED_KEYS)
-        indexed = await _indexed_keys(connection)
-        for name in sorted(keys - indexed):
-            await connection.execute(STATEMENTS.insert_indexed_key, {"name": name})
-            quoted = f'"{name}"'  # Key names are [A-Za-z0-9_.:-]: JSON quotes them as is.
-            rows = await (await connection.execute(SESSIONS_WITH_KEY, (quoted,))).fetchall()
-            entries = backfill(name, rows)
-            await connection.execute(
-                INSERT_KEY_ENTRIES, (name, [v for v, _ in entries], [i for _, i in entries])
-            )
-        return frozenset(indexed | keys)
-
-
-async def _indexed_keys(connection: AsyncConnection[Any]) -> set[str]:
-    cursor = await connection.execute(STATEMENTS.select_indexed_keys)
-    return {str(row[0]) for row in await cursor.fetchall()}
-
-
-async def remove_indexed_key(connection: AsyncConnection[Any], key: str) -> bool:
-    """Forget ``key`` and its entries, in one transaction, once every session write in
-    flight has committed (so none leaves an entry of it behind)."""
-    async with connection.transaction():
-        await connection.execute(LOCK_INDEXED_KEYS)
-        cursor = await connection.execute(STATEMENTS.delete_indexed_key, {"name": key})
-        await connection.execute(STATEMENTS.delete_key_entries, {"name": key})
-        return cursor.rowcount > 0

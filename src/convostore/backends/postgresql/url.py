@@ -13,7 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Final
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from convostore.backends.urls import query_options, redacted, seconds, whole_number
+from convostore.backends.urls import (
+    Parse,
+    check_pool,
+    redacted,
+    seconds,
+    whole,
+    with_options,
+)
 from convostore.errors import InvalidArgumentError
 
 __all__ = [
@@ -31,6 +38,27 @@ DEFAULT_SCHEMA: Final = "public"
 IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _MAX_POOL_SIZE = 1000
 _MAX_EF_SEARCH = 1000  # pgvector's own limit
+
+
+def _schema(name: str, value: str) -> str:
+    if not IDENTIFIER.fullmatch(value):
+        raise InvalidArgumentError(f"schema must match [a-z_][a-z0-9_]{{0,62}}, not {value!r}")
+    if value == "information_schema" or value.startswith("pg_"):
+        raise InvalidArgumentError(
+            f"schema {value!r} belongs to PostgreSQL itself (information_schema and "
+            "pg_* are the system's): name a schema of your own"
+        )
+    return value
+
+
+# convostore's own options; every other one goes to libpq.
+_OPTIONS: Final[dict[str, Parse]] = {
+    "schema": _schema,
+    "pool_min_size": whole(0, _MAX_POOL_SIZE),
+    "pool_max_size": whole(1, _MAX_POOL_SIZE),
+    "ef_search": whole(1, _MAX_EF_SEARCH),
+    "pool_timeout": seconds,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,33 +103,11 @@ def parse_postgresql_url(url: str) -> PostgreSQLTarget:
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise InvalidArgumentError(f"not a PostgreSQL URL: {redacted(url)!r}")
-    query = query_options(parts.query, "the PostgreSQL URL")
-    target = PostgreSQLTarget(conninfo="")
     passed_on: list[tuple[str, str]] = []
-    for name, value in query:
-        if name == "schema":
-            if not IDENTIFIER.fullmatch(value):
-                raise InvalidArgumentError(
-                    f"schema must match [a-z_][a-z0-9_]{{0,62}}, not {value!r}"
-                )
-            if value == "information_schema" or value.startswith("pg_"):
-                raise InvalidArgumentError(
-                    f"schema {value!r} belongs to PostgreSQL itself (information_schema and "
-                    "pg_* are the system's): name a schema of your own"
-                )
-            target = replace(target, schema=value)
-        elif name == "pool_min_size":
-            target = replace(target, pool_min_size=whole_number(name, value, 0, _MAX_POOL_SIZE))
-        elif name == "pool_max_size":
-            target = replace(target, pool_max_size=whole_number(name, value, 1, _MAX_POOL_SIZE))
-        elif name == "ef_search":
-            target = replace(target, ef_search=whole_number(name, value, 1, _MAX_EF_SEARCH))
-        elif name == "pool_timeout":
-            target = replace(target, pool_timeout=seconds(name, value))
-        else:
-            passed_on.append((name, value))
-    if target.pool_max_size < max(1, target.pool_min_size):
-        raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
+    target = with_options(
+        PostgreSQLTarget(""), parts.query, _OPTIONS, "the PostgreSQL URL", passed_on
+    )
+    check_pool(target.pool_min_size, target.pool_max_size)
     if not any(name == "application_name" for name, _ in passed_on):
         passed_on.append(("application_name", "convostore"))
     # Percent-encoded throughout: libpq reads no "+" as a space.

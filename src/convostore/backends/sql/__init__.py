@@ -12,27 +12,32 @@
   and vectors as float32 blobs (SQLite, MySQL).
 - `dialect`: `Dialect`, what a SQL backend says about its SQL.
 - `backend`: `SQLBackend`, the primitives written once over three I/O hooks.
+- `steps`: operations written once without I/O, as generators of `Query`s a backend
+  drives on its connection; `writes` (session writes, metadata keys) and `migrate` (the
+  migration runner, `VersionTable`) are written so.
+- `aio`: what the backends on an asyncio driver share: `Driver`, the transaction runner
+  with retries, `AsyncSQLBackend` (the I/O hooks over a pool's connections).
 
 How a new SQL backend plugs in (``convostore.backends.mysql`` is the smallest example):
 
 1. A schema: versioned migrations creating the tables named in `statements` (with the
    columns of `USER_FIELDS`, `SESSION_FIELDS`, `EVENT_FIELDS`, plus ``sessions.last_seq``,
    ``message_count``, ``started_by``; ``participants``; ``session_metadata``;
-   ``indexed_metadata_keys``; the vector index record), recorded in a table and applied
-   at `open`, refusing a newer schema (`SchemaVersionError`).
+   ``indexed_metadata_keys``; the vector index record), and its `migrate.VersionTable`;
+   `migrate.migrate` applies them at `open` under the backend's lock.
 2. A dialect: ``Dialect(name, param, time_param, rows, ...)``: how a named parameter
    is written (``%(name)s`` for the MySQL drivers), how a time is passed and read
    (``RowReader(time_of, vector_of)``), and where its SQL differs: index hints, its own
    count, the metadata value comparison, the top-level condition, the keyset
    comparison, whether UPDATE has RETURNING, the database's size.
    ``STATEMENTS = Statements(DIALECT)`` (a subclass may replace a whole statement).
-3. A `SQLBackend` subclass: ``statements = STATEMENTS``; the I/O hooks `_fetch_all`,
-   `_changed`, `_returning` (where the database has no RETURNING, run the UPDATE then
-   the SELECT in one transaction); `open` / `close`; and the primitives whose SQL is
-   its own: `put_user`, `insert_session`, `find_or_insert_part`, `update_session`,
-   `append`, `read`, `add_indexed_keys` / `remove_indexed_key`, the vector index and
-   search primitives. Hand what the statements found to `decisions` rather than
-   deciding again (`replay_or_conflict`, `stale_or_missing`, `check_parent`,
+3. A `SQLBackend` subclass (on an asyncio driver, an `aio.AsyncSQLBackend`: a `Driver`
+   and `_connection` give the I/O hooks and the metadata keys): ``statements =
+   STATEMENTS``; the I/O hooks `_fetch_all`, `_changed`, `_returning`; `open` /
+   `close`; and the primitives whose SQL is its own: `put_user`, `append`, `read`, the
+   vector index and search primitives, and the session writes (`writes.SessionWrites`
+   where its writes take row locks). Hand what the statements found to `decisions`
+   rather than deciding again (`replay_or_conflict`, `stale_or_missing`, `check_parent`,
    `unknown_users`, `refuse_existing`, `event_conditions`, `bounded`).
 4. Errors: translate the driver's exceptions where they are caught; only "cannot reach
    or use the database now" is `BackendUnavailableError`, anything else a `StoreError`.

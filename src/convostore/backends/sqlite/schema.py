@@ -13,14 +13,19 @@ import time
 import urllib.parse
 from typing import Final
 
-from convostore._time import to_micros, utc_now
 from convostore.backends.migrations import pending
-from convostore.backends.sql.decisions import backfill
+from convostore.backends.sql import writes
+from convostore.backends.sql.migrate import (
+    VersionTable,
+    checked_version,
+    migrate,
+    pending_migrations,
+)
 from convostore.backends.sql.statements import SESSION_INDEXES
+from convostore.backends.sql.steps import drive
 from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
-from convostore.backends.sqlite.statements import STATEMENTS
+from convostore.backends.sqlite.statements import KEYS, STATEMENTS
 from convostore.backends.sqlite.url import SQLiteTarget
-from convostore.errors import SchemaVersionError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "prepare_database", "read_pending_migrations"]
 
@@ -312,27 +317,21 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 """The schema version this code writes and reads."""
 
-CREATE_SCHEMA_TABLE: Final = """CREATE TABLE IF NOT EXISTS convostore_schema (
-    version INTEGER PRIMARY KEY,
-    applied_at INTEGER NOT NULL
-)"""
-SCHEMA_TABLE_EXISTS: Final = (
-    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'convostore_schema'"
+# The versions applied (see `convostore.backends.sql.migrate`).
+VERSION_TABLE: Final = VersionTable(
+    exists="SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'convostore_schema'",
+    recorded="SELECT coalesce(max(version), 0) FROM convostore_schema",
+    create="""CREATE TABLE IF NOT EXISTS convostore_schema (
+        version INTEGER PRIMARY KEY,
+        applied_at INTEGER NOT NULL
+    )""",
+    record="INSERT INTO convostore_schema (version, applied_at) VALUES (:version, :applied_at)",
 )
-RECORDED_VERSION: Final = "SELECT coalesce(max(version), 0) FROM convostore_schema"
-RECORD_MIGRATION: Final = "INSERT INTO convostore_schema (version, applied_at) VALUES (?, ?)"
 JOURNAL_MODE: Final = "PRAGMA journal_mode"
 JOURNAL_MODE_WAL: Final = "PRAGMA journal_mode = WAL"
 # Switching to WAL takes an exclusive lock without waiting on the busy handler; with
 # several processes connecting at once it is retried for this long.
 WAL_SWITCH_PATIENCE_S: Final = 10.0
-
-SESSIONS_WITH_KEY: Final = (
-    "SELECT id, metadata FROM sessions WHERE json_type(metadata, ?) IS NOT NULL"
-)
-INSERT_KEY_ENTRY: Final = (
-    "INSERT INTO session_metadata (name, value, session_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
-)
 
 
 def prepare_database(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
@@ -341,7 +340,7 @@ def prepare_database(connection: sqlite3.Connection, target: SQLiteTarget) -> No
     A database of a newer version raises `SchemaVersionError` before anything, not even
     the journal mode, is written to it.
     """
-    _refuse_newer(_recorded_version(connection), target)
+    drive(connection, checked_version(VERSION_TABLE, SCHEMA_VERSION, _where(target)))
     if not target.in_memory:
         _use_wal(connection)
     # Under the write lock, so processes connecting at once migrate one after another.
@@ -355,11 +354,9 @@ def read_pending_migrations(target: SQLiteTarget) -> list[str]:
         return pending(0, MIGRATIONS)
     connection = sqlite3.connect(f"file:{urllib.parse.quote(target.path)}?mode=ro", uri=True)
     try:
-        version = _recorded_version(connection)
+        return drive(connection, pending_migrations(VERSION_TABLE, MIGRATIONS, _where(target)))
     finally:
         connection.close()
-    _refuse_newer(version, target)
-    return pending(version, MIGRATIONS)
 
 
 def _use_wal(connection: sqlite3.Connection) -> None:
@@ -374,47 +371,19 @@ def _use_wal(connection: sqlite3.Connection) -> None:
             time.sleep(0.01)
 
 
-def _recorded_version(connection: sqlite3.Connection) -> int:
-    if connection.execute(SCHEMA_TABLE_EXISTS).fetchone() is None:
-        return 0
-    version: int = connection.execute(RECORDED_VERSION).fetchone()[0]
-    return version
-
-
-def _refuse_newer(version: int, target: SQLiteTarget) -> None:
-    if version > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"the SQLite database {target.path!r} has schema version {version}, newer than "
-            f"version {SCHEMA_VERSION} this convostore knows; upgrade convostore to open it"
-        )
+def _where(target: SQLiteTarget) -> str:
+    return f"the SQLite database {target.path!r}"
 
 
 def _migrate(connection: sqlite3.Connection, target: SQLiteTarget) -> None:
-    connection.execute(CREATE_SCHEMA_TABLE)
-    version = _recorded_version(connection)
-    _refuse_newer(version, target)
-    for number in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in MIGRATIONS[number - 1]:
-            connection.execute(statement)
-        connection.execute(RECORD_MIGRATION, (number, to_micros(utc_now())))
+    drive(connection, migrate(VERSION_TABLE, MIGRATIONS, _where(target)))
 
 
 def write_indexed_keys(connection: sqlite3.Connection, keys: frozenset[str]) -> frozenset[str]:
-    """Record and backfill each key of ``keys`` not yet indexed (in the caller's write
-    transaction); return every indexed key."""
-    indexed = {row[0] for row in connection.execute(STATEMENTS.select_indexed_keys)}
-    for name in sorted(keys - indexed):
-        connection.execute(STATEMENTS.insert_indexed_key, {"name": name})
-        # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
-        rows = connection.execute(SESSIONS_WITH_KEY, ('$."' + name + '"',)).fetchall()
-        connection.executemany(
-            INSERT_KEY_ENTRY,
-            [(name, value, session_id) for value, session_id in backfill(name, rows)],
-        )
-    return frozenset(indexed | keys)
+    """`writes.add_indexed_keys` in the caller's write transaction."""
+    return drive(connection, writes.add_indexed_keys(STATEMENTS, KEYS, keys))
 
 
 def write_unindexed_key(connection: sqlite3.Connection, key: str) -> bool:
-    """Forget ``key`` and its entries (in the caller's write transaction)."""
-    connection.execute(STATEMENTS.delete_key_entries, {"name": key})
-    return connection.execute(STATEMENTS.delete_indexed_key, {"name": key}).rowcount > 0
+    """`writes.remove_indexed_key` in the caller's write transaction."""
+    return drive(connection, writes.remove_indexed_key(STATEMENTS, key))

@@ -21,6 +21,7 @@ from convostore.backends.sql.statements import (
     columns,
 )
 from convostore.backends.sql.values import json_list
+from convostore.backends.sql.writes import KeyStatements
 from convostore.backends.sqlite.connection import CONTAINS_FUNCTION
 from convostore.backends.sqlite.rows import READER
 
@@ -101,6 +102,15 @@ INSERT_METADATA_ENTRY: Final = (
     " SELECT name, ?2, ?3 FROM indexed_metadata_keys WHERE name = ?1 ON CONFLICT DO NOTHING"
 )
 DELETE_METADATA_ENTRIES: Final = "DELETE FROM session_metadata WHERE session_id = ?"
+# Adding an indexed key (`convostore.backends.sql.writes.add_indexed_keys`).
+KEYS: Final = KeyStatements(
+    insert_key="INSERT INTO indexed_metadata_keys (name) VALUES (:name) ON CONFLICT DO NOTHING",
+    sessions_with_key=(
+        "SELECT id, metadata FROM sessions WHERE json_type(metadata, :path) IS NOT NULL"
+    ),
+    insert_entry=INSERT_METADATA_ENTRY,
+    entry=lambda name, value, session_id: (name, value, session_id),
+)
 
 # ---------------------------------------------------------------------------- the log
 

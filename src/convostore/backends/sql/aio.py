@@ -1,0 +1,173 @@
+"""What the SQL backends on an asyncio driver share (PostgreSQL on psycopg, MySQL on
+asyncmy): a `Driver`, the few calls that differ between drivers and which of their
+errors a transaction may be run again for; `AsyncSQLBackend`, the I/O hooks of
+`SQLBackend` and the transaction runner over a pool's connections; and `drive`, which
+runs an operation written without I/O (`convostore.backends.sql.steps`) on a driver.
+Nothing here knows a driver.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Final, Generic, TypeVar
+
+from convostore.backends.sql import writes
+from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
+from convostore.backends.sql.writes import KeyStatements
+
+__all__ = ["AsyncSQLBackend", "Driver", "RollbackAndReturn", "drive", "in_transaction"]
+
+log = logging.getLogger("convostore.sql")
+
+C = TypeVar("C")
+T = TypeVar("T")
+# The first retry waits about this long, each later one twice as long as the last.
+_RETRY_BASE_S: Final = 0.005
+
+
+class Driver(abc.ABC, Generic[C]):
+    """How one asyncio driver runs statements on its connection type ``C``."""
+
+    @abc.abstractmethod
+    async def fetch_one(self, connection: C, statement: str, parameters: Any = None) -> Any:
+        """The first row of the statement's answer, or None."""
+
+    @abc.abstractmethod
+    async def fetch_all(self, connection: C, statement: str, parameters: Any = None) -> list[Any]:
+        """Every row of the statement's answer."""
+
+    @abc.abstractmethod
+    async def execute(self, connection: C, statement: str, parameters: Any = None) -> int:
+        """Run the statement; how many rows it changed itself (not its cascades)."""
+
+    @abc.abstractmethod
+    async def execute_many(self, connection: C, statement: str, rows: Sequence[Any]) -> None:
+        """Run the statement once per row of parameters."""
+
+    @abc.abstractmethod
+    def transaction(self, connection: C) -> AbstractAsyncContextManager[Any]:
+        """One transaction: committed when the block ends, rolled back when it raises."""
+
+    def retryable(self, error: BaseException) -> bool:
+        """Whether a transaction that raised ``error`` may succeed when run again (the
+        database ended it as a deadlock victim, a serialization failure, a lock wait
+        timeout)."""
+        return False
+
+
+async def drive(driver: Driver[C], connection: C, steps: Steps[T]) -> T:
+    """Run ``steps`` (`convostore.backends.sql.writes`) on ``connection``."""
+    answer: Any = None
+    while True:
+        try:
+            query: Query = steps.send(answer)
+        except StopIteration as done:
+            result: T = done.value
+            return result
+        statement, parameters = query.statement, query.parameters
+        if query.answer == "one":
+            answer = await driver.fetch_one(connection, statement, parameters)
+        elif query.answer == "all":
+            answer = await driver.fetch_all(connection, statement, parameters)
+        elif query.answer == "many":
+            await driver.execute_many(connection, statement, parameters)
+            answer = None
+        else:
+            answer = await driver.execute(connection, statement, parameters)
+
+
+async def in_transaction(
+    driver: Driver[C], connection: C, retries: int, fn: Callable[..., Awaitable[T]], *args: Any
+) -> T:
+    """``fn(connection, *args)`` in one transaction, committed when it returns and
+    rolled back when it raises; run again, up to ``retries`` more times, when the
+    driver calls its error retryable (`Driver.retryable`)."""
+    for attempt in range(retries + 1):
+        try:
+            async with driver.transaction(connection):
+                return await fn(connection, *args)
+        except RollbackAndReturn as signal:
+            value: T = signal.value
+            return value
+        except Exception as error:
+            if attempt == retries or not driver.retryable(error):
+                raise
+            log.debug("retrying a transaction after %r (attempt %d)", error, attempt + 1)
+        await asyncio.sleep(_RETRY_BASE_S * 2**attempt * (0.5 + random.random()))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class AsyncSQLBackend(SQLBackend, Generic[C]):
+    """A `SQLBackend` whose primitives each run on one connection of a pool: a subclass
+    sets ``driver`` and ``retries`` and gives `_connection`, where the driver's errors
+    become convostore's."""
+
+    driver: Driver[C]
+    key_statements: KeyStatements
+    # How many times a transaction the driver calls retryable is run again.
+    retries: int = 0
+
+    @abc.abstractmethod
+    def _connection(self) -> AbstractAsyncContextManager[C]:
+        """A connection of the pool, for one primitive; the driver's errors raised in
+        the block become convostore's."""
+
+    async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """``fn(connection, *args, **kwargs)`` on a connection of the pool."""
+        async with self._connection() as connection:
+            return await fn(connection, *args, **kwargs)
+
+    async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """``fn(connection, *args)`` in one transaction (`in_transaction`)."""
+        async with self._connection() as connection:
+            return await in_transaction(self.driver, connection, self.retries, fn, *args)
+
+    async def _write_steps(self, write: Callable[..., Steps[T]], *args: Any) -> T:
+        """The write ``write(*args)`` (`convostore.backends.sql.writes`) in one
+        transaction, made again for each retry."""
+
+        async def run(connection: C) -> T:
+            return await drive(self.driver, connection, write(*args))
+
+        return await self._write(run)
+
+    async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
+        return await self._run(self.driver.fetch_all, statement, parameters)
+
+    async def _changed(self, statement: str, parameters: Parameters) -> int:
+        return await self._run(self.driver.execute, statement, parameters)
+
+    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        if self.statements.dialect.returning:
+            row: Sequence[Any] | None = await self._run(
+                self.driver.fetch_one, statement, parameters
+            )
+            return row
+
+        async def update_then_read(connection: C) -> Sequence[Any] | None:
+            # The stamp always changes: a session that exists is always a changed row.
+            if not await self.driver.execute(connection, statement, parameters):
+                return None
+            select = self.statements.select_session
+            found: Sequence[Any] | None = await self.driver.fetch_one(
+                connection, select, parameters
+            )
+            return found
+
+        return await self._write(update_then_read)
+
+    # ---------------------------------------------------------------- the metadata index
+
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await self._write_steps(
+            writes.add_indexed_keys, self.statements, self.key_statements, keys
+        )
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await self._write_steps(writes.remove_indexed_key, self.statements, key)
