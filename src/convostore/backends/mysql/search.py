@@ -22,17 +22,26 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from convostore._vectors import best, from_blobs, scores
 from convostore.backends.interface import SearchScope, TextQuery, VectorQuery
 from convostore.backends.mysql import statements as sql
-from convostore.backends.mysql.connection import Connection
-from convostore.backends.mysql.operations import execute, fetch_all, fetch_one, json_list
-from convostore.backends.mysql.rows import event_from_row, fulltext_query
+from convostore.backends.mysql.connection import DRIVER, Connection
+from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
+from convostore.backends.mysql.rows import fulltext_query
 from convostore.backends.mysql.vector_feed import feed
+from convostore.backends.sql.aio import drive
+from convostore.backends.sql.search import (
+    SearchStatements,
+    hits,
+    ranked,
+    roles_json,
+    scope_parameters,
+    scoped,
+)
+from convostore.backends.sql.search import text_search as text_search_steps
 from convostore.backends.sql.values import vector_blob
 from convostore.backends.sql.vector_cache import VectorCache
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
-from convostore.model import Message, Role, SearchHit
+from convostore.model import Role, SearchHit
 from convostore.prepare import new_stamp
 
 __all__ = [
@@ -80,53 +89,38 @@ SET_EMBEDDING: Final = (
     "WHERE id = %s AND type = 'MESSAGE'"
 )
 
-# Search scopes: whether an owner, a session and roles narrow the search, each a fixed
-# fragment, so the statements stay a small bounded set.
-_SCOPE = (
-    " AND s.owner_id = %(owner_id)s",
-    " AND e.session_id = %(session_id)s",
-    " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(e.role))",
-)
 _VECTOR_CANDIDATES = (
     "SELECT e.row_id, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
     " WHERE e.type = 'MESSAGE' AND e.embedding IS NOT NULL"
     " AND length(e.embedding) = %(width)s"
 )
 _BY_MODEL = " AND e.embedding_model = %(model)s"
-_TEXT_MATCHES = (
-    "SELECT e.row_id, MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE) AS score"
-    " FROM events e JOIN sessions s ON s.id = e.session_id"
-    " WHERE MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE)"
-    " AND e.type = 'MESSAGE'"
-)
 # The vectors of the shortlisted rows, in row order, for the exact ranking.
 SHORTLISTED_VECTORS: Final = (
     "SELECT e.row_id, e.embedding FROM "
     "JSON_TABLE(%s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
     " JOIN events e ON e.row_id = wanted.value ORDER BY e.row_id"
 )
-_EVENTS_BY_ROW: Final = (
-    f"SELECT e.row_id, {sql.EVENT_COLUMNS} FROM "
-    "JSON_TABLE(%s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
-    " JOIN events e ON e.row_id = wanted.value"
+SEARCH: Final = SearchStatements(
+    scope=(
+        " AND s.owner_id = %(owner_id)s",
+        " AND e.session_id = %(session_id)s",
+        " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(e.role))",
+    ),
+    text_matches=(
+        "SELECT e.row_id, MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE) AS score"
+        " FROM events e JOIN sessions s ON s.id = e.session_id"
+        " WHERE MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE)"
+        " AND e.type = 'MESSAGE'"
+    ),
+    text_order=" ORDER BY score DESC, e.id LIMIT %(k)s",
+    events_by_row=(
+        f"SELECT e.row_id, {sql.EVENT_COLUMNS} FROM "
+        "JSON_TABLE(%(rowids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
+        " JOIN events e ON e.row_id = wanted.value"
+    ),
+    reader=sql.DIALECT.rows,
 )
-
-
-def _scoped(base: str, scope: SearchScope) -> str:
-    chosen = (scope.owner_id is not None, scope.session_id is not None, scope.roles is not None)
-    return base + "".join(fragment for fragment, on in zip(_SCOPE, chosen, strict=True) if on)
-
-
-def _scope_parameters(scope: SearchScope) -> dict[str, Any]:
-    return {
-        "owner_id": scope.owner_id,
-        "session_id": scope.session_id,
-        "roles": _roles_json(scope.roles),
-    }
-
-
-def _roles_json(roles: Sequence[Role] | None) -> str | None:
-    return None if roles is None else json_list(role.value for role in roles)
 
 
 async def vector_index_spec(connection: Connection) -> VectorIndexSpec | None:
@@ -150,7 +144,7 @@ async def pending(
         PENDING_PAGE,
         {
             "model": model,
-            "roles": _roles_json(roles),
+            "roles": roles_json(roles),
             "non_blank": _NON_BLANK,
             "after": after or "",
             "limit": limit,
@@ -160,7 +154,7 @@ async def pending(
 
 
 async def count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
-    parameters = {"model": model, "roles": _roles_json(roles), "non_blank": _NON_BLANK}
+    parameters = {"model": model, "roles": roles_json(roles), "non_blank": _NON_BLANK}
     row = await fetch_one(connection, COUNT_PENDING, parameters)
     return int(row[0])
 
@@ -193,7 +187,7 @@ async def vector_search(
     ``cache`` shortlists ranked exactly (``release`` called once they are), else the
     exact scan."""
     if native is not None and (found := await native(connection, query)) is not None:
-        return await _hits(connection, found)
+        return await drive(DRIVER, connection, hits(SEARCH, found))
     scope = query.scope
     if cache is not None:
         try:
@@ -217,42 +211,21 @@ async def vector_search(
             )
             return await _ranked(connection, query, found_rows)
     base = _VECTOR_CANDIDATES + ("" if query.model is None else _BY_MODEL)
-    statement = _scoped(base, scope) + " ORDER BY e.row_id"
-    parameters = {
-        "width": 4 * len(query.vector),
-        "model": query.model,
-        **_scope_parameters(scope),
-    }
+    statement = scoped(SEARCH, base, *_scope(scope)) + " ORDER BY e.row_id"
+    parameters = {"width": 4 * len(query.vector), "model": query.model}
+    parameters.update(scope_parameters(*_scope(scope)))
     return await _ranked(connection, query, await fetch_all(connection, statement, parameters))
 
 
 async def _ranked(connection: Connection, query: VectorQuery, rows: list[Any]) -> list[SearchHit]:
-    """The k best of (row id, vector) ``rows`` (in row order), read whole."""
-    matrix = from_blobs([row[1] for row in rows], len(query.vector))
-    ranked = best(scores(query.vector, matrix, query.metric), query.k)
-    return await _hits(connection, [(rows[index][0], score) for index, score in ranked])
+    steps = ranked(SEARCH, query.vector, query.metric, query.k, rows)
+    return await drive(DRIVER, connection, steps)
+
+
+def _scope(scope: SearchScope) -> tuple[str | None, str | None, tuple[Role, ...] | None]:
+    return scope.owner_id, scope.session_id, scope.roles
 
 
 async def text_search(connection: Connection, query: TextQuery) -> list[SearchHit]:
-    fulltext = fulltext_query(query.terms)
-    if fulltext is None:
-        return []
-    statement = _scoped(_TEXT_MATCHES, query.scope) + " ORDER BY score DESC, e.id LIMIT %(k)s"
-    parameters = {"query": fulltext, "k": query.k, **_scope_parameters(query.scope)}
-    rows = await fetch_all(connection, statement, parameters)
-    return await _hits(connection, [(row[0], float(row[1])) for row in rows])
-
-
-async def _hits(connection: Connection, ranked: list[tuple[int, float]]) -> list[SearchHit]:
-    """The ranked rows read whole, in rank order."""
-    if not ranked:
-        return []
-    rows = await fetch_all(
-        connection, _EVENTS_BY_ROW, (json.dumps([row_id for row_id, _ in ranked]),)
-    )
-    messages = {row[0]: event_from_row(row[1:]) for row in rows}
-    return [
-        SearchHit(message, score)
-        for row_id, score in ranked
-        if isinstance(message := messages.get(row_id), Message)
-    ]
+    steps = text_search_steps(SEARCH, fulltext_query(query.terms), query.k, *_scope(query.scope))
+    return await drive(DRIVER, connection, steps)

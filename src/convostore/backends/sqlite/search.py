@@ -16,16 +16,24 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
-from convostore._vectors import best, from_blobs, scores
+from convostore.backends.sql.search import (
+    SearchStatements,
+    ranked,
+    roles_json,
+    scope_parameters,
+    scoped,
+    text_search,
+)
+from convostore.backends.sql.steps import drive
 from convostore.backends.sql.vector_cache import VectorCache
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import BLANK_FUNCTION
-from convostore.backends.sqlite.rows import event_from_row, vector_blob
+from convostore.backends.sqlite.rows import vector_blob
 from convostore.backends.sqlite.vector_cache import feed
 from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
-from convostore.model import Message, Role, SearchHit
+from convostore.model import Role, SearchHit
 from convostore.prepare import new_stamp
 
 __all__ = [
@@ -71,13 +79,6 @@ SET_EMBEDDING: Final = (
     "WHERE id = ? AND type = 'MESSAGE'"
 )
 
-# Search scopes: whether an owner, a session and roles narrow the search. Each is a
-# fixed fragment, so the statements stay a small bounded set.
-_SCOPE = (
-    " AND s.owner_id = :owner_id",
-    " AND e.session_id = :session_id",
-    " AND e.role IN (SELECT value FROM json_each(:roles))",
-)
 _VECTOR_CANDIDATES = (
     "SELECT e.rowid, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
     " WHERE e.type = 'MESSAGE' AND e.embedding IS NOT NULL"
@@ -91,24 +92,24 @@ SHORTLISTED_VECTORS: Final = (
     "SELECT rowid, embedding FROM events WHERE rowid IN (SELECT value FROM json_each(:rowids))"
     " ORDER BY rowid"
 )
-_TEXT_MATCHES = (
-    "SELECT e.rowid, -bm25(events_fts) AS score FROM events_fts"
-    " JOIN events e ON e.rowid = events_fts.rowid JOIN sessions s ON s.id = e.session_id"
-    " WHERE events_fts MATCH :query"
+SEARCH: Final = SearchStatements(
+    scope=(
+        " AND s.owner_id = :owner_id",
+        " AND e.session_id = :session_id",
+        " AND e.role IN (SELECT value FROM json_each(:roles))",
+    ),
+    text_matches=(
+        "SELECT e.rowid, -bm25(events_fts) AS score FROM events_fts"
+        " JOIN events e ON e.rowid = events_fts.rowid JOIN sessions s ON s.id = e.session_id"
+        " WHERE events_fts MATCH :query"
+    ),
+    text_order=" ORDER BY score DESC, e.id LIMIT :k",
+    events_by_row=(
+        f"SELECT e.rowid, {sql.EVENT_COLUMNS} FROM events e"
+        " WHERE e.rowid IN (SELECT value FROM json_each(:rowids))"
+    ),
+    reader=sql.DIALECT.rows,
 )
-_EVENTS_BY_ROWID = (
-    f"SELECT e.rowid, {sql.EVENT_COLUMNS} FROM events e"
-    " WHERE e.rowid IN (SELECT value FROM json_each(:rowids))"
-)
-
-
-def _scoped(base: str, owner_id: str | None, session_id: str | None, roles: Any) -> str:
-    chosen = (owner_id is not None, session_id is not None, roles is not None)
-    return base + "".join(fragment for fragment, on in zip(_SCOPE, chosen, strict=True) if on)
-
-
-def _roles_json(roles: Sequence[Role] | None) -> str | None:
-    return None if roles is None else json.dumps([role.value for role in roles])
 
 
 def read_vector_index(connection: Connection) -> VectorIndexSpec | None:
@@ -127,13 +128,13 @@ def read_pending(
 ) -> list[PendingEmbedding]:
     rows = connection.execute(
         PENDING_PAGE,
-        {"model": model, "roles": _roles_json(roles), "after": after or "", "limit": limit},
+        {"model": model, "roles": roles_json(roles), "after": after or "", "limit": limit},
     ).fetchall()
     return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
 
 
 def read_count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
-    row = connection.execute(COUNT_PENDING, {"model": model, "roles": _roles_json(roles)})
+    row = connection.execute(COUNT_PENDING, {"model": model, "roles": roles_json(roles)})
     return int(row.fetchone()[0])
 
 
@@ -168,9 +169,7 @@ def read_vector_search(
     rows = connection.execute(
         SHORTLISTED_VECTORS, {"rowids": json.dumps(shortlisted.tolist())}
     ).fetchall()
-    matrix = from_blobs([row[1] for row in rows], len(vector))
-    ranked = best(scores(vector, matrix, metric), k)
-    return _hits(connection, [(rows[index][0], score) for index, score in ranked])
+    return drive(connection, ranked(SEARCH, vector, metric, k, rows))
 
 
 def _scan(
@@ -185,18 +184,11 @@ def _scan(
 ) -> list[SearchHit]:
     """The search without the cache: every candidate vector read from the database."""
     base = _VECTOR_CANDIDATES + ("" if model is None else _BY_MODEL)
-    statement = _scoped(base, owner_id, session_id, roles) + _BY_ROWID
-    parameters = {
-        "width": 4 * len(vector),
-        "model": model,
-        "owner_id": owner_id,
-        "session_id": session_id,
-        "roles": _roles_json(roles),
-    }
+    statement = scoped(SEARCH, base, owner_id, session_id, roles) + _BY_ROWID
+    parameters = {"width": 4 * len(vector), "model": model}
+    parameters.update(scope_parameters(owner_id, session_id, roles))
     rows = connection.execute(statement, parameters).fetchall()
-    matrix = from_blobs([row[1] for row in rows], len(vector))
-    ranked = best(scores(vector, matrix, metric), k)
-    return _hits(connection, [(rows[index][0], score) for index, score in ranked])
+    return drive(connection, ranked(SEARCH, vector, metric, k, rows))
 
 
 def read_text_search(
@@ -207,30 +199,6 @@ def read_text_search(
     session_id: str | None,
     roles: tuple[Role, ...] | None,
 ) -> list[SearchHit]:
-    statement = _scoped(_TEXT_MATCHES, owner_id, session_id, roles) + (
-        " ORDER BY score DESC, e.id LIMIT :k"
-    )
-    parameters = {
-        # Each term quoted: what the user typed is never read as FTS5 query syntax.
-        "query": " ".join(f'"{term}"' for term in terms),
-        "owner_id": owner_id,
-        "session_id": session_id,
-        "roles": _roles_json(roles),
-        "k": k,
-    }
-    rows = connection.execute(statement, parameters).fetchall()
-    return _hits(connection, [(row[0], float(row[1])) for row in rows])
-
-
-def _hits(connection: Connection, ranked: list[tuple[int, float]]) -> list[SearchHit]:
-    """The ranked rows read whole, in rank order."""
-    if not ranked:
-        return []
-    rowids = json.dumps([rowid for rowid, _ in ranked])
-    rows = connection.execute(_EVENTS_BY_ROWID, {"rowids": rowids}).fetchall()
-    messages = {row[0]: event_from_row(row[1:]) for row in rows}
-    return [
-        SearchHit(message, score)
-        for rowid, score in ranked
-        if isinstance(message := messages.get(rowid), Message)
-    ]
+    # Each term quoted: what the user typed is never read as FTS5 query syntax.
+    query = " ".join(f'"{term}"' for term in terms)
+    return drive(connection, text_search(SEARCH, query, k, owner_id, session_id, roles))
