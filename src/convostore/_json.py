@@ -82,3 +82,10 @@ def index_value(value: Any, name: str = "metadata value") -> str:
     if isinstance(value, str):
         return check_text(value, name)
     return dumps(value, name)
+
+
+def indexable(value: Any) -> str | None:
+    """`index_value` of a value read from (or normalised for) stored metadata, or None
+    when it cannot be indexed (a string holding a NUL character)."""
+    text = value if isinstance(value, str) else dumps(value, "metadata value")
+    return None if "\x00" in text else text

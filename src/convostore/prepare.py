@@ -7,12 +7,13 @@ stamps, times, JSON text. Nothing here does I/O; a wrong argument raises an erro
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from convostore import _json
 from convostore._codec import MessageParts, message_parts_json
@@ -126,16 +127,30 @@ def normalized_metadata(metadata: Mapping[str, Any] | None) -> tuple[dict[str, A
     return value, text
 
 
+INDEXABLE_KEY: Final = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+"""What a metadata key must look like to be indexed (`Store.find_sessions_by_metadata`)."""
+
+
 def indexed_pairs(
     indexed_keys: frozenset[str], metadata: Mapping[str, Any]
 ) -> tuple[tuple[str, str], ...]:
-    """The (key, value) entries of the metadata index; a value is indexed as text, so it
-    must be text every backend can hold."""
-    return tuple(
-        (key, _json.check_text(_json.index_value(metadata[key]), f"metadata {key!r}"))
-        for key in sorted(indexed_keys)
-        if key in metadata
-    )
+    """The candidate (key, value) entries of the metadata index: one for every top-level
+    key that could be indexed and whose value can be (as text every backend can hold).
+    The write keeps those whose key the database indexes when it commits, since another
+    store may have added or dropped keys since this one looked. A value this store knows
+    to be indexed that cannot be is refused; another such value is left out (no lookup
+    could name it)."""
+    pairs: list[tuple[str, str]] = []
+    for key in sorted(metadata):
+        if not INDEXABLE_KEY.fullmatch(key):
+            continue
+        if key in indexed_keys:
+            pairs.append(
+                (key, _json.check_text(_json.index_value(metadata[key]), f"metadata {key!r}"))
+            )
+        elif (indexable := _json.indexable(metadata[key])) is not None:
+            pairs.append((key, indexable))
+    return tuple(pairs)
 
 
 def prepare_session(

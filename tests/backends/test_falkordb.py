@@ -21,11 +21,13 @@ from convostore import (
     EventFilter,
     InvalidArgumentError,
     MessageWrite,
+    NotIndexedError,
     Role,
     SchemaVersionError,
     Store,
     User,
 )
+from convostore.backends.cypher.values import metadata_entry
 from convostore.embedding import HashingEmbedder
 from tests.backends.support import missing_driver, server_unavailable
 
@@ -184,7 +186,7 @@ async def _entries(store: Store) -> dict[str, list[str]]:
     return {session_id: sorted(entries or []) for session_id, entries in rows}
 
 
-async def test_adding_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_same(
+async def test_recording_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_same(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = await convostore.connect(url, indexed_metadata=["tenant"])
@@ -201,14 +203,15 @@ async def test_adding_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_sam
             return await run(query, parameters, write=write)
 
         monkeypatch.setattr(backend, "_run", counting)
-        # One write query is one transaction on FalkorDB: a failure (or a crash) leaves
-        # the key recorded with every entry, or neither.
+        # The first query only marks the key as being indexed (writes from then on index
+        # it themselves); the second, one transaction on FalkorDB, records it with every
+        # entry: a failure (or a crash) leaves the key indexed with every entry, or not.
         assert await backend.add_indexed_keys(frozenset({"colour"})) == {"tenant", "colour"}
-        assert len(writes) == 1
+        assert len(writes) == 2
         added = await _entries(store)
         assert all(len(entries) == 2 for entries in added.values())
         # A retry after a lost reply runs the same query again: nothing doubles.
-        await run(*writes[0], write=True)
+        await run(*writes[1], write=True)
         assert await _entries(store) == added
         assert await backend.indexed_keys() == {"tenant", "colour"}
         writes.clear()
@@ -219,6 +222,30 @@ async def test_adding_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_sam
         assert await backend.indexed_keys() == {"colour"}
         (found,) = await store.find_sessions_by_metadata("colour", "c3")
         assert found.metadata["colour"] == "c3"
+    finally:
+        await store.close()
+
+
+async def test_a_key_marked_but_not_yet_recorded_is_written_but_not_searchable(
+    url: str,
+) -> None:
+    """What an add that stopped after marking its key leaves: writes index the key, a
+    lookup refuses it, and the next add of it backfills the rest."""
+    store = await convostore.connect(url)
+    try:
+        before = await store.create_session(ADA, metadata={"colour": "red"})
+        await falkor_of(store).graph.query(
+            "MATCH (c:ConvostoreSchema {key: 'convostore'}) SET c.indexing_keys = ['colour']"
+        )
+        during = await store.create_session(ADA, metadata={"colour": "red"})
+        assert await _entries(store) == {
+            before.id: [],
+            during.id: [metadata_entry("colour", "red")],
+        }
+        with pytest.raises(NotIndexedError):
+            await store.find_sessions_by_metadata("colour", "red")
+        assert await falkor_of(store).add_indexed_keys(frozenset({"colour"})) == {"colour"}
+        assert await store.find_sessions_by_metadata("colour", "red") == [before, during]
     finally:
         await store.close()
 

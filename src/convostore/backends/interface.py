@@ -33,9 +33,16 @@ Rules every primitive keeps:
 - **Metadata index.** The keys indexed for `find_sessions_by_metadata` belong to the
   database, not to a store: `add_indexed_keys` (run at every connect) adds and
   backfills keys, only `remove_indexed_key` (an explicit call) drops one; every store
-  sees the keys another store added or dropped (`indexed_keys`). Writes index
-  the entries the store computed (``indexed_metadata`` of `NewSession` /
-  `SessionChanges`): values compared as strings in full.
+  sees the keys another store added or dropped (`indexed_keys`). A write's
+  ``indexed_metadata`` (of `NewSession` / `SessionChanges`) holds candidate entries,
+  one per indexable top-level key of the metadata, whatever the store believes is
+  indexed; the write keeps those whose key the database indexes when it commits, read
+  in the write's own transaction (or query), and replaces the session's old entries.
+  A key add or drop and a session write must never interleave so as to leave a session
+  out of the index or an entry of a dropped key in it: either the write commits before
+  the key change reads the sessions, or it reads the keys after the change committed
+  (`convostore.backends.sql.statements` says how the SQL backends lock for it).
+  Values are compared as strings in full.
 - **Expiry.** A session is expired at ``t`` iff ``expires_at < t``. Deleting a session
   (by `delete_session` or `delete_expired`) deletes its parts and all their events,
   whatever the parts' own expiry; a part that expires alone is deleted alone.
@@ -249,7 +256,8 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         """Insert the users (if absent; a stored user is not overwritten) and the
-        session with its metadata index entries. In this order of checks: an existing
+        session with its metadata index entries (the candidates whose key the database
+        indexes at the write: see the module). In this order of checks: an existing
         session id gives None when ``if_absent``, else `SessionExistsError`; a required
         user id neither stored nor given is `UnknownUserError`; ``part_of`` must name an
         existing session (`SessionNotFoundError`) that is top-level and has the same
@@ -270,7 +278,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def update_session(self, changes: SessionChanges) -> Session:
-        """Write title, metadata (and its index entries, replacing the old ones) and
+        """Write title, metadata (and its index entries, replacing the old ones, for the
+        keys the database indexes at the write: see the module) and
         expires_at, and set the stamp to ``changes.new_stamp``, only if the stored stamp
         is ``changes.expected_stamp``, checked in the write itself. A missing session is
         `SessionNotFoundError`, another stamp `StaleObjectError`. Returns it as stored."""
@@ -336,12 +345,15 @@ class Backend(abc.ABC):
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         """Index ``keys`` too: each key not yet indexed is recorded and backfilled from
         the stored sessions' metadata (values rendered by
-        `convostore._json.index_value`, as writes render them), in one transaction.
-        Keys already indexed stay. Returns every key the database now indexes."""
+        `convostore._json.index_value`, as writes render them; a value no lookup could
+        name gets no entry), in one transaction, so that every session write either is
+        backfilled or indexes the key itself (see the module). Keys already indexed
+        stay. Returns every key the database now indexes."""
 
     @abc.abstractmethod
     async def remove_indexed_key(self, key: str) -> bool:
-        """Stop indexing ``key`` and delete its entries. False if it was not indexed."""
+        """Stop indexing ``key`` and delete its entries, those of session writes in
+        flight included (see the module). False if it was not indexed."""
 
     async def indexed_keys(self) -> frozenset[str]:
         """Every key the database indexes now, whichever store added it. The store reads

@@ -3,7 +3,6 @@ participants, lookups by indexed metadata, and expiry."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -24,6 +23,7 @@ from convostore.model import (
     UserRef,
 )
 from convostore.prepare import (
+    INDEXABLE_KEY,
     Listing,
     check_id,
     check_session_filter,
@@ -37,8 +37,6 @@ from convostore.prepare import (
 from convostore.store.base import StoreBase
 
 __all__ = ["SessionOperations", "check_indexed_keys"]
-
-_METADATA_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 class SessionOperations(StoreBase):
@@ -249,7 +247,7 @@ def check_indexed_keys(keys: Iterable[str]) -> frozenset[str]:
         raise InvalidArgumentError("indexed_metadata takes a list of key names, not a string")
     checked = tuple(dict.fromkeys(keys))
     for key in checked:
-        if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key):
+        if not isinstance(key, str) or not INDEXABLE_KEY.fullmatch(key):
             raise InvalidArgumentError(f"invalid indexed metadata key {key!r}")
     return frozenset(checked)
 

@@ -256,6 +256,14 @@ GET_USER: Final = f"MATCH (u:User {{id: $id}}) RETURN {USER_COLUMNS}"
 GET_SESSION: Final = f"MATCH (s:Session {{id: $id}}) RETURN {SESSION_COLUMNS}"
 SESSION_EXISTS: Final = "OPTIONAL MATCH (s:Session {id: $id}) RETURN s IS NOT NULL"
 SESSION_VERSION: Final = "MATCH (s:Session {id: $id}) RETURN s.version"
+# A write keeps the candidate entries ($entries: maps of name and entry) of the keys the
+# graph indexes when it runs, or is indexing (see ADD_INDEXING_KEYS): writes never
+# interleave, so no key add or drop falls between the look and the write.
+_KEYSET = f" OPTIONAL MATCH (keyset:{SCHEMA_LABEL} {{key: $schema_key}})"
+_KEPT_ENTRIES = (
+    "[e IN $entries WHERE e.name IN"
+    " (coalesce(keyset.indexed_keys, []) + coalesce(keyset.indexing_keys, [])) | e.entry]"
+)
 # One query checks the id, the users and the parent (and, for a part, looks for an
 # existing one first), then inserts the session with its users and relationships only
 # if every check passed, and answers what a refusal needs to say why. A part takes its
@@ -265,12 +273,13 @@ _FIND_PART = (
     " AND found.held_with = $held_with WITH found ORDER BY found.id LIMIT 1"
 )
 _INSERT_SESSION = (
+    _KEYSET + " WITH found, " + _KEPT_ENTRIES + " AS entries"
     " OPTIONAL MATCH (existing:Session {id: $id})"
     " OPTIONAL MATCH (parent:Session {id: $part_of})"
-    + _MISSING_USERS.format(carried="found, existing, parent")
-    + " WITH found, existing, parent, missing,"
+    + _MISSING_USERS.format(carried="found, entries, existing, parent")
+    + " WITH found, entries, existing, parent, missing,"
     " CASE WHEN $owner_from_parent THEN parent.owner_id ELSE $owner_id END AS owner_id"
-    " WITH found, existing, parent, missing, owner_id,"
+    " WITH found, entries, existing, parent, missing, owner_id,"
     " found IS NULL AND existing IS NULL AND size(missing) = 0 AND ($part_of IS NULL OR"
     " (parent IS NOT NULL AND parent.part_of IS NULL"
     " AND coalesce(parent.owner_id, '') = coalesce(owner_id, ''))) AS ok"
@@ -280,7 +289,7 @@ _INSERT_SESSION = (
     " part_of: $part_of, held_with: $held_with, created_at: $created_at,"
     " last_activity_at: $last_activity_at, expires_at: $expires_at, metadata: $metadata,"
     " version: 0, stamp: $stamp, last_seq: 0, message_count: 0, participants: [],"
-    " metadata_entries: $entries})"
+    " metadata_entries: entries})"
     " FOREACH (oid IN CASE WHEN owner_id IS NULL THEN [] ELSE [owner_id] END |"
     " MERGE (o:User {id: oid}) CREATE (s)-[:OWNER]->(o))"
     " FOREACH (hid IN CASE WHEN $held_with IS NULL THEN [] ELSE [$held_with] END |"
@@ -294,8 +303,9 @@ INSERT_SESSION: Final = "WITH null AS found" + _INSERT_SESSION
 FIND_OR_INSERT_PART: Final = _FIND_PART + _INSERT_SESSION
 UPDATE_SESSION: Final = (
     "MATCH (s:Session {id: $id}) WHERE s.stamp = $expected_stamp"
-    " SET s.title = $title, s.metadata = $metadata, s.expires_at = $expires_at,"
-    f" s.stamp = $new_stamp, s.metadata_entries = $entries RETURN {SESSION_COLUMNS}"
+    + _KEYSET
+    + " SET s.title = $title, s.metadata = $metadata, s.expires_at = $expires_at,"
+    " s.stamp = $new_stamp, s.metadata_entries = " + _KEPT_ENTRIES + f" RETURN {SESSION_COLUMNS}"
 )
 SET_TITLE: Final = (
     f"MATCH (s:Session {{id: $id}}) SET s.title = $title, s.stamp = $stamp RETURN {SESSION_COLUMNS}"
@@ -537,13 +547,22 @@ READ_SCHEMA: Final = (
     " c.vector_dimensions, c.vector_metric, c.vector_model"
 )
 RECORD_VERSION: Final = f"MERGE (c:{SCHEMA_LABEL} {{key: $key}}) SET c.version = $version"
-# Adding keys is one query, so one transaction: the keys join the recorded ones and
-# each session read with a value for one gets its entries, unless its metadata changed
-# since it was read. Run again it writes the same: the added keys' old entries go first.
+# Adding keys takes three steps. First the keys are marked as being indexed: every
+# write from then on writes their entries (see _KEPT_ENTRIES), though no lookup may
+# use them yet. Then the sessions are read, and ADD_INDEXED_KEYS, one query, so one
+# transaction, records the keys as indexed and gives each session read with a value for
+# one its entries, unless its metadata changed since it was read (that write indexed
+# the keys itself). Run again it writes the same: the added keys' old entries go first.
+ADD_INDEXING_KEYS: Final = (
+    f"MATCH (c:{SCHEMA_LABEL} {{key: $key}})"
+    " SET c.indexing_keys = coalesce(c.indexing_keys, [])"
+    " + [k IN $added WHERE NOT k IN coalesce(c.indexing_keys, [])]"
+)
 ADD_INDEXED_KEYS: Final = (
     f"MATCH (c:{SCHEMA_LABEL} {{key: $key}})"
     " SET c.indexed_keys = coalesce(c.indexed_keys, [])"
-    " + [k IN $added WHERE NOT k IN coalesce(c.indexed_keys, [])]"
+    " + [k IN $added WHERE NOT k IN coalesce(c.indexed_keys, [])],"
+    " c.indexing_keys = [k IN coalesce(c.indexing_keys, []) WHERE NOT k IN $added]"
     " WITH count(c) AS recorded UNWIND $rows AS row"
     " MATCH (s:Session {id: row.id}) WHERE s.metadata = row.metadata"
     " SET s.metadata_entries = [entry IN coalesce(s.metadata_entries, [])"

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from convostore import _json
 from convostore._time import from_micros, to_micros
+from convostore.backends.cypher.queries import SCHEMA_LABEL_KEY
 from convostore.backends.sql.rows import RowReader
 from convostore.embedding import text_tokens
 from convostore.errors import InvalidArgumentError
@@ -71,8 +72,10 @@ def metadata_entry(name: str, value: str) -> str:
     return f"{name}={hashlib.sha256(value.encode()).hexdigest()}"
 
 
-def metadata_entries(pairs: tuple[tuple[str, str], ...]) -> list[str]:
-    return [metadata_entry(name, value) for name, value in pairs]
+def metadata_entries(pairs: tuple[tuple[str, str], ...]) -> list[dict[str, str]]:
+    """A write's candidate entries, each with its key's name: the write keeps those of
+    the keys the graph indexes when it runs."""
+    return [{"name": name, "entry": metadata_entry(name, value)} for name, value in pairs]
 
 
 def session_parameters(new: NewSession, *, owner_from_parent: bool) -> dict[str, Any]:
@@ -91,6 +94,7 @@ def session_parameters(new: NewSession, *, owner_from_parent: bool) -> dict[str,
         "metadata": new.metadata_json,
         "stamp": session.stamp,
         "entries": metadata_entries(new.indexed_metadata),
+        "schema_key": SCHEMA_LABEL_KEY,
         "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
         "users": users_parameter(new.users_to_insert),
     }
@@ -105,6 +109,7 @@ def update_parameters(changes: SessionChanges) -> dict[str, Any]:
         "expires_at": None if changes.expires_at is None else to_micros(changes.expires_at),
         "new_stamp": changes.new_stamp,
         "entries": metadata_entries(changes.indexed_metadata),
+        "schema_key": SCHEMA_LABEL_KEY,
     }
 
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from convostore._json import index_value, loads
+from convostore._json import indexable, loads
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.values import metadata_entry
 from convostore.backends.migrations import refuse_newer
@@ -112,16 +112,24 @@ async def indexed_keys(run: Run) -> frozenset[str]:
 
 
 async def add_indexed_keys(run: Run, keys: frozenset[str]) -> frozenset[str]:
-    """Index ``keys`` too, backfilling those not yet indexed, in one query (so one
-    transaction, and a rerun after a failure writes the same); every indexed key."""
+    """Index ``keys`` too, backfilling those not yet indexed; every indexed key. The keys
+    are first marked as being indexed, so every later write indexes them itself; the
+    sessions written before are then read and backfilled in one query, which records the
+    keys as indexed (a rerun after a failure writes the same)."""
     indexed = await _indexed_keys(run)
     added = sorted(keys - indexed)
     if not added:
         return frozenset(indexed)
+    # From here on every write indexes the added keys itself (see q.ADD_INDEXING_KEYS).
+    await run(q.ADD_INDEXING_KEYS, {**_KEY, "added": added})
     rows = []
     for session_id, metadata in await run(q.SESSIONS_WITH_METADATA, {}):
         values = loads(metadata)
-        new = [metadata_entry(name, index_value(values[name])) for name in added if name in values]
+        new = [
+            metadata_entry(name, value)
+            for name in added
+            if name in values and (value := indexable(values[name])) is not None
+        ]
         if new:
             rows.append({"id": session_id, "metadata": metadata, "entries": new})
     prefixes = [f"{name}=" for name in added]

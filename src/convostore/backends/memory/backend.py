@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Self
 
-from convostore._json import index_value
+from convostore._json import indexable
 from convostore._vectors import as_matrix, top_k
 from convostore.backends.interface import (
     Backend,
@@ -285,7 +285,7 @@ class MemoryBackend(Backend):
             found = [
                 r.session
                 for r in self._sessions.values()
-                if name in r.session.metadata and index_value(r.session.metadata[name]) == value
+                if name in r.session.metadata and indexable(r.session.metadata[name]) == value
             ]
             return sorted(found, key=lambda s: s.id)
 

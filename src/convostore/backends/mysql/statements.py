@@ -44,6 +44,13 @@ _INDEXES: Final = {
     "sessions_by_activity": "sessions_all_by_activity",
 }
 
+# READ COMMITTED takes no gap locks, so a write's locking read of the keys would not
+# keep a new key out: the key set is guarded by a row every migrated database has, the
+# first migration's record, shared by session writes and taken alone by a key change.
+SHARE_INDEXED_KEYS: Final = (
+    "SELECT version FROM convostore_schema WHERE version = 1 LOCK IN SHARE MODE"
+)
+LOCK_INDEXED_KEYS: Final = "SELECT version FROM convostore_schema WHERE version = 1 FOR UPDATE"
 DIALECT: Final = Dialect(
     name="mysql",
     param=lambda name, sql_type: f"%({name})s",
@@ -65,6 +72,8 @@ DIALECT: Final = Dialect(
         "SELECT coalesce(sum(data_length + index_length), 0) FROM information_schema.tables"
         " WHERE table_schema = DATABASE()"
     ),
+    share_indexed_keys=SHARE_INDEXED_KEYS,
+    lock_indexed_keys=LOCK_INDEXED_KEYS,
 )
 
 

@@ -9,8 +9,8 @@ another's id 8, and a cache that read "everything up to 8" would never look at 7
 handed out. Every write that adds, changes or removes a vector ends with `record`: it
 raises that position by one (an UPDATE, so the row stays locked by the transaction
 until it commits or rolls back), then writes its changes to ``vector_changes`` under
-that position, and commits. The statement before the commit is the one that takes the
-lock, and no transaction waits for anything else while it holds it, so:
+that position, and commits. Those statements are the write's last, and none of them
+waits for another lock (each transaction's changes have a position of their own), so:
 
 - two transactions never hold the lock at once: the one that takes position p + 1 waited
   for the holder of p to commit (or roll back, which gives the position back);

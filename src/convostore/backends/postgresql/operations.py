@@ -104,27 +104,35 @@ def _entries(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
 async def insert_session(
     connection: Connection, new: NewSession, if_absent: bool
 ) -> Session | None:
+    """One statement: see `statements.LOCK_INDEXED_KEYS` for how it keeps the metadata
+    index whole while keys are added and dropped."""
+    row = await fetch_one(connection, sql.INSERT_SESSION, _insert_parameters(new))
+    return _inserted(new, row, if_absent)
+
+
+def _insert_parameters(new: NewSession) -> dict[str, Any]:
     session = new.session
-    row = await fetch_one(
-        connection,
-        sql.INSERT_SESSION,
-        {
-            "id": session.id,
-            "owner_id": session.owner_id,
-            "title": session.title,
-            "kind": session.kind,
-            "part_of": session.part_of,
-            "held_with": session.held_with,
-            "created_at": session.created_at,
-            "last_activity_at": session.last_activity_at,
-            "expires_at": session.expires_at,
-            "metadata": new.metadata_json,
-            "stamp": session.stamp,
-            "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
-            "users": users_json(new.users_to_insert),
-            **_entries(new.indexed_metadata),
-        },
-    )
+    return {
+        "id": session.id,
+        "owner_id": session.owner_id,
+        "title": session.title,
+        "kind": session.kind,
+        "part_of": session.part_of,
+        "held_with": session.held_with,
+        "created_at": session.created_at,
+        "last_activity_at": session.last_activity_at,
+        "expires_at": session.expires_at,
+        "metadata": new.metadata_json,
+        "stamp": session.stamp,
+        "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
+        "users": users_json(new.users_to_insert),
+        **_entries(new.indexed_metadata),
+    }
+
+
+def _inserted(new: NewSession, row: Any, if_absent: bool) -> Session | None:
+    """The session ``INSERT_SESSION`` inserted, or why it did not."""
+    session = new.session
     inserted, existed, missing, parent_found, parent_part_of, parent_owner = row
     if inserted:
         return session
@@ -155,7 +163,8 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
         row = await found.fetchone()
         if row is not None:
             return session_from_row(row)
-        inserted = await insert_session(connection, new, False)
+        row = await fetch_one(connection, sql.INSERT_SESSION, _insert_parameters(new))
+        inserted = _inserted(new, row, False)
         assert inserted is not None  # Absent, or the look above would have found it.
         return inserted
 

@@ -183,7 +183,15 @@ KEY_STATEMENTS: Final = KeyStatements(
     insert_key=(
         "INSERT INTO indexed_metadata_keys (name) VALUES (%(name)s) ON CONFLICT DO NOTHING"
     ),
-    sessions_with_key="SELECT id, metadata FROM sessions WHERE (metadata -> %(name)s) IS NOT NULL",
+    # Found in the JSON text, which `decisions.backfill` then reads: PostgreSQL cannot
+    # take apart a value holding a NUL (the escape \u0000), which JSON may hold. The rows
+    # read are locked against deletion until the backfill commits (so their entries meet
+    # their sessions); a session being deleted meanwhile is skipped rather than waited
+    # for, since its delete waits for the key add's lock on session_metadata.
+    sessions_with_key=(
+        "SELECT id, metadata FROM sessions"
+        " WHERE strpos(metadata::text, '\"' || %(name)s || '\"') > 0 FOR KEY SHARE SKIP LOCKED"
+    ),
     insert_entry=(
         "INSERT INTO session_metadata (name, value, session_id) VALUES (%s, %s, %s)"
         " ON CONFLICT DO NOTHING"

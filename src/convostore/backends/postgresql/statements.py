@@ -56,6 +56,13 @@ def _param(name: str, sql_type: str | None) -> str:
 # The schema's function that digests an indexed metadata value (see schema version 3).
 VALUE_DIGEST: Final = "convostore_value_digest"
 
+# A session write needs no statement of its own: the one statement that writes the
+# session and its entries (INSERT_SESSION, UPDATE_SESSION) names session_metadata, so
+# it takes ROW EXCLUSIVE on it when it is planned, before it takes its snapshot. A key
+# change's SHARE ROW EXCLUSIVE on it conflicts with that: the key change waits for the
+# writes in flight to commit, and a later write waits for the key change to commit, then
+# sees the keys it committed. Appends never name session_metadata: they never wait.
+LOCK_INDEXED_KEYS: Final = "LOCK TABLE session_metadata IN SHARE ROW EXCLUSIVE MODE"
 DIALECT: Final = Dialect(
     name="postgresql",
     param=_param,
@@ -70,6 +77,7 @@ DIALECT: Final = Dialect(
         "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c"
         " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm')"
     ),
+    lock_indexed_keys=LOCK_INDEXED_KEYS,
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -102,9 +110,9 @@ UPSERT_USER: Final = (
 # ---------------------------------------------------------------------------- sessions
 
 # One statement checks the users and the parent, inserts the session, then (only if it
-# was inserted) its users and metadata entries, and answers what a refusal needs to
-# say why: (inserted, existed before, missing user ids, parent found, parent's part_of,
-# parent's owner).
+# was inserted) its users and its metadata entries of the keys indexed when it runs, and
+# answers what a refusal needs to say why: (inserted, existed before, missing user ids,
+# parent found, parent's part_of, parent's owner).
 INSERT_SESSION: Final = f"""WITH missing_users AS ({_MISSING_USERS}),
 parent AS (SELECT owner_id, part_of FROM sessions WHERE id = %(part_of)s),
 inserted AS (
@@ -131,14 +139,17 @@ metadata_indexed AS (
     SELECT entry.name, entry.value, inserted.id
     FROM inserted, unnest(%(metadata_names)s::text[], %(metadata_values)s::text[])
         AS entry (name, value)
+    WHERE entry.name IN (SELECT name FROM indexed_metadata_keys)
 )
 SELECT EXISTS (SELECT 1 FROM inserted), EXISTS (SELECT 1 FROM sessions WHERE id = %(id)s),
     (SELECT ids FROM missing_users), EXISTS (SELECT 1 FROM parent),
     (SELECT part_of FROM parent), (SELECT owner_id FROM parent)"""
 # Taken before looking for a part: every caller of find_or_create_part for one parent
 # then looks (and inserts) one after another, so all settle on the earliest part.
-LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR UPDATE"
-# The metadata index follows the new metadata: entries no longer true go, new ones come.
+# NO KEY UPDATE, since a key add's backfill may lock the parent FOR KEY SHARE meanwhile.
+LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR NO KEY UPDATE"
+# The metadata index follows the new metadata: entries no longer true go, new ones come,
+# for the keys indexed when it runs (see LOCK_INDEXED_KEYS).
 UPDATE_SESSION: Final = f"""WITH updated AS (
     UPDATE sessions SET title = %(title)s, metadata = %(metadata)s::json,
         expires_at = %(expires_at)s, stamp = %(new_stamp)s
@@ -148,6 +159,7 @@ UPDATE_SESSION: Final = f"""WITH updated AS (
 entries AS (
     SELECT * FROM unnest(%(metadata_names)s::text[], %(metadata_values)s::text[])
         AS entry (name, value)
+    WHERE entry.name IN (SELECT name FROM indexed_metadata_keys)
 ),
 cleared AS (
     DELETE FROM session_metadata m USING updated

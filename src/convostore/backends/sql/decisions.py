@@ -7,7 +7,7 @@ Nothing here does I/O: a backend runs its statements, then hands their answers h
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from convostore import _json
@@ -31,6 +31,7 @@ __all__ = [
     "bounded",
     "check_parent",
     "event_conditions",
+    "kept_entries",
     "missing_session",
     "read_parameters",
     "refuse_existing",
@@ -106,12 +107,28 @@ def replay_or_conflict(append: PreparedAppend, stored: Sequence[Event]) -> Appen
 
 def backfill(name: str, rows: Sequence[Sequence[Any]]) -> list[tuple[str, str]]:
     """The (value, session_id) entries of the newly indexed key ``name`` for the sessions
-    ``rows`` (id, metadata JSON) that have it, each value rendered by the function every
-    write uses (`convostore._json.index_value`), so it compares as a written one does."""
-    return [
-        (_json.index_value(_json.loads(metadata)[name]), session_id)
-        for session_id, metadata in rows
-    ]
+    ``rows`` (id, metadata JSON) that have it, each value rendered as every write renders
+    it (`convostore._json.index_value`), so it compares as a written one does. A value
+    no lookup could name (a string holding a NUL) gets no entry, as in a write."""
+    entries = []
+    for session_id, metadata in rows:
+        values = _json.loads(metadata)
+        if name not in values:
+            continue  # The rows may be found by a looser test than a top-level key.
+        value = _json.indexable(values[name])
+        if value is not None:
+            entries.append((value, session_id))
+    return entries
+
+
+def kept_entries(
+    candidates: tuple[tuple[str, str], ...], indexed: Iterable[str]
+) -> list[tuple[str, str]]:
+    """The candidate (key, value) entries of a write (`convostore.prepare.indexed_pairs`)
+    whose key is among ``indexed``, the keys the database indexes as read in the write's
+    own transaction."""
+    keys = frozenset(indexed)
+    return [(name, value) for name, value in candidates if name in keys]
 
 
 def event_conditions(names: Sequence[str], event_filter: EventFilter) -> tuple[bool, ...]:

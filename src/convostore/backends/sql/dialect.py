@@ -42,6 +42,16 @@ class Dialect:
     - ``database_size``: an expression of the bytes the store's tables take, or NULL.
     - ``strings``: a list of strings as one parameter (an array, or JSON text);
       ``no_limit``: the LIMIT parameter that limits nothing.
+    - ``share_indexed_keys`` and ``lock_indexed_keys``: how the metadata index stays
+      whole whatever interleaves (see `convostore.backends.sql.statements`). A session
+      write that indexes metadata runs ``share_indexed_keys`` in its transaction before
+      it reads the keys the database indexes; a key add or drop runs
+      ``lock_indexed_keys`` first in its own. The two conflict and two writes' shares do
+      not, so a key change waits for every write in flight to commit and every later
+      write waits for the key change, then reads the keys it committed. No
+      ``share_indexed_keys`` where write transactions run one at a time anyway
+      (SQLite), or where the statement that writes the entries takes a conflicting lock
+      itself before its snapshot (PostgreSQL: ROW EXCLUSIVE on ``session_metadata``).
     """
 
     name: str
@@ -59,6 +69,8 @@ class Dialect:
     database_size: str = "NULL"
     strings: Callable[[Iterable[str]], Any] = list
     no_limit: int | None = None
+    share_indexed_keys: str | None = None
+    lock_indexed_keys: str | None = None
 
     def p(self, name: str, sql_type: str | None = None) -> str:
         """Shorthand for ``param``."""

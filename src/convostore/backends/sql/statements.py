@@ -10,6 +10,23 @@ The tables and columns every SQL schema has: ``users`` (`USER_FIELDS`), ``sessio
 (`SESSION_FIELDS`, plus ``last_seq``, ``message_count``, ``started_by``), ``events``
 (`EVENT_FIELDS`), ``participants (session_id, user_id, first_seq)``,
 ``session_metadata (name, value, session_id)``, ``indexed_metadata_keys (name)``.
+
+The metadata index follows the keys of ``indexed_metadata_keys`` as they are when a
+write commits, not as the writing store last read them (another store may have added or
+dropped a key since). So:
+
+- a session write (insert, or update of its metadata) gets candidate entries, one per
+  indexable top-level key (`convostore.prepare.indexed_pairs`), and keeps those whose
+  key the table holds, read in its own transaction after ``share_indexed_keys``
+  (`convostore.backends.sql.decisions.kept_entries`, or a join in the statement);
+- a key add runs ``lock_indexed_keys``, records the key, then backfills it from the
+  sessions committed by then; a key drop runs ``lock_indexed_keys``, deletes the key,
+  then its entries.
+
+With the dialect's two locks (`Dialect`), a write either commits before the key change
+reads the sessions (and is backfilled, or its entries deleted) or reads the keys after
+the change committed: no session is left out of the index, nor kept in it for a key no
+longer indexed.
 """
 
 from __future__ import annotations
@@ -146,6 +163,9 @@ class Statements:
             f" JOIN users u ON u.id = p.user_id WHERE p.session_id = {p('session_id')}"
             " ORDER BY p.first_seq"
         )
+        # (none); see the module for the order these run in.
+        self.share_indexed_keys = dialect.share_indexed_keys
+        self.lock_indexed_keys = dialect.lock_indexed_keys
         # (none); name; name; name
         self.select_indexed_keys = "SELECT name FROM indexed_metadata_keys"
         self.insert_indexed_key = f"INSERT INTO indexed_metadata_keys (name) VALUES ({p('name')})"

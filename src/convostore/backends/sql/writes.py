@@ -98,17 +98,33 @@ def insert_users(w: SessionWrites, users: tuple[User, ...]) -> Steps[None]:
         yield Query(w.insert_user, [user_values(user) for user in users], "many")
 
 
+def _share_indexed_keys(w: SessionWrites) -> Steps[None]:
+    """Taken first in a write that indexes metadata, before any row lock a key add's
+    backfill could wait on (see `convostore.backends.sql.statements`)."""
+    if w.statements.share_indexed_keys is not None:
+        yield Query(w.statements.share_indexed_keys, None, "count")
+
+
 def _index_metadata(
-    w: SessionWrites, session_id: str, pairs: tuple[tuple[str, str], ...]
+    w: SessionWrites, session_id: str, candidates: tuple[tuple[str, str], ...]
 ) -> Steps[None]:
-    if pairs:
-        rows = [w.keys.entry(name, value, session_id) for name, value in pairs]
+    """Index the candidate entries whose key the database indexes now: where writes run
+    at once, the keys are read after `_share_indexed_keys`; where they run one at a
+    time (no share), the entry statement itself keeps only an indexed key's entry."""
+    entries: list[tuple[str, str]] = list(candidates)
+    if candidates and w.statements.share_indexed_keys is not None:
+        indexed = yield Query(w.statements.select_indexed_keys, None, "all")
+        entries = decisions.kept_entries(candidates, (str(row[0]) for row in indexed))
+    if entries:
+        rows = [w.keys.entry(name, value, session_id) for name, value in entries]
         yield Query(w.keys.insert_entry, rows, "many")
 
 
 def insert_session(w: SessionWrites, new: NewSession, if_absent: bool) -> Steps[Session | None]:
     """`Backend.insert_session`: the checks in the order the contract gives them."""
     session = new.session
+    if new.indexed_metadata:
+        yield from _share_indexed_keys(w)
     if (yield from _session_exists(w, session.id)):
         decisions.refuse_existing(session, if_absent)
         return None
@@ -128,6 +144,8 @@ def insert_session(w: SessionWrites, new: NewSession, if_absent: bool) -> Steps[
 def find_or_insert_part(w: SessionWrites, new: NewSession) -> Steps[Session]:
     """Under the parent's row lock (or the one write lock) no other part can appear
     between the look and the insert, so every caller settles on the earliest part."""
+    if new.indexed_metadata:
+        yield from _share_indexed_keys(w)
     new = owned_by_parent(new, (yield Query(w.lock_parent, (new.session.part_of,))))
     session = new.session
     parameters = {"part_of": session.part_of, "held_with": session.held_with}
@@ -142,6 +160,8 @@ def find_or_insert_part(w: SessionWrites, new: NewSession) -> Steps[Session]:
 def update_session(w: SessionWrites, changes: SessionChanges) -> Steps[Session]:
     """`Backend.update_session`, guarded by the session's stamp."""
     dialect = w.statements.dialect
+    # Always: the old metadata's entries go, and a key add must not backfill them meanwhile.
+    yield from _share_indexed_keys(w)
     expires_at = None if changes.expires_at is None else dialect.time_param(changes.expires_at)
     parameters = (
         changes.title,
@@ -181,6 +201,12 @@ def add_indexed_keys(
     index yet recorded, then backfilled; a key another store records meanwhile (whose
     row lock this insert waits on) is left to it. Every key the database indexes."""
     indexed = yield from _indexed_keys(statements)
+    if names <= indexed:
+        return frozenset(indexed)
+    if statements.lock_indexed_keys is not None:
+        # Session writes in flight commit first; later ones wait for this transaction
+        # (see `convostore.backends.sql.statements`), so none escapes the backfill.
+        yield Query(statements.lock_indexed_keys, None, "count")
     for name in sorted(names - indexed):
         if not (yield Query(keys.insert_key, {"name": name}, "count")):
             continue
@@ -194,7 +220,10 @@ def add_indexed_keys(
 
 
 def remove_indexed_key(statements: Statements, name: str) -> Steps[bool]:
-    """`Backend.remove_indexed_key` in one transaction."""
+    """`Backend.remove_indexed_key` in one transaction, once the session writes in flight
+    have committed (so none leaves an entry of the key behind)."""
+    if statements.lock_indexed_keys is not None:
+        yield Query(statements.lock_indexed_keys, None, "count")
     if not (yield Query(statements.delete_indexed_key, {"name": name}, "count")):
         return False
     yield Query(statements.delete_key_entries, {"name": name}, "count")

@@ -95,8 +95,11 @@ UPDATE_SESSION: Final = (
     "UPDATE sessions SET title = ?1, metadata = ?2, expires_at = ?3, stamp = ?4 "
     f"WHERE id = ?5 AND stamp = ?6 RETURNING {SESSION_COLUMNS}"
 )
+# A write's candidate entry, kept only if the database indexes its key now (the write
+# transaction holds the database's one write lock: no key add or drop interleaves).
 INSERT_METADATA_ENTRY: Final = (
-    "INSERT INTO session_metadata (name, value, session_id) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"
+    "INSERT INTO session_metadata (name, value, session_id)"
+    " SELECT name, ?2, ?3 FROM indexed_metadata_keys WHERE name = ?1 ON CONFLICT DO NOTHING"
 )
 DELETE_METADATA_ENTRIES: Final = "DELETE FROM session_metadata WHERE session_id = ?"
 # The session writes (`convostore.backends.sql.writes`): one write runs at a time, so

@@ -1,0 +1,68 @@
+"""PostgreSQL: a session write and a key change exclude each other through the lock the
+write's own statement takes on session_metadata, taken before its snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import convostore
+from convostore import Store, User
+from tests.backends.support import missing_driver, served
+from tests.servers.postgresql import TestServer, shared_server, stop_shared_server
+
+if skip_reason := missing_driver("psycopg", "postgresql"):
+    pytest.skip(skip_reason, allow_module_level=True)
+
+import psycopg
+
+from convostore.backends.postgresql.statements import LOCK_INDEXED_KEYS
+
+ADA = User("ada", "Ada")
+# How many times the test looks for the write waiting on the lock before giving up.
+LOOKS = 10_000
+_schemas = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgresql() -> Iterator[TestServer]:
+    yield from served("postgresql", shared_server, stop_shared_server)
+
+
+async def _waits_on_session_metadata(connection: psycopg.AsyncConnection[Any]) -> bool:
+    cursor = await connection.execute(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        " AND relation = 'session_metadata'::regclass"
+    )
+    row = await cursor.fetchone()
+    return row is not None and row[0] == 1
+
+
+async def test_a_write_that_waited_on_a_key_add_indexes_the_key(postgresql: TestServer) -> None:
+    schema = f"keys_{os.getpid()}_{next(_schemas)}"
+    url = postgresql.url()
+    store: Store = await convostore.connect(f"{url}{'&' if '?' in url else '?'}schema={schema}")
+    try:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as adder:
+            await adder.execute(f"SET search_path TO {schema}")
+            async with adder.transaction():
+                # A key add, stopped between its lock and its commit.
+                await adder.execute(LOCK_INDEXED_KEYS)
+                await adder.execute("INSERT INTO indexed_metadata_keys (name) VALUES ('colour')")
+                create = asyncio.create_task(store.create_session(ADA, metadata={"colour": "red"}))
+                for _ in range(LOOKS):
+                    if await _waits_on_session_metadata(adder):
+                        break
+                else:
+                    raise AssertionError("the write never waited on the key add's lock")
+                assert not create.done()
+            session = await create
+            cursor = await adder.execute("SELECT name, value, session_id FROM session_metadata")
+            assert await cursor.fetchall() == [("colour", "red", session.id)]
+    finally:
+        await store.close()
