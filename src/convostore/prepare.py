@@ -104,6 +104,15 @@ class PreparedAppend:
     started_by: str | None
     new_stamp: str
 
+    @property
+    def embedded_message_ids(self) -> list[str]:
+        """The ids of the append's messages that carry a vector."""
+        return [
+            item.event.id
+            for item in self.events
+            if isinstance(item.event, Message) and item.event.embedding is not None
+        ]
+
 
 @dataclass(frozen=True, slots=True)
 class AppendOutcome:

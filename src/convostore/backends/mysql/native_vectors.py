@@ -48,7 +48,6 @@ from convostore.backends.mysql.connection import Connection, error_code
 from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.embedding import Metric, VectorIndexSpec
-from convostore.model import Message
 from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = [
@@ -301,15 +300,9 @@ async def append(
     """``write(connection, prepared, *args)``, then its messages' vectors copied into
     the graph (in the caller's transaction)."""
     outcome = await write(connection, prepared, *args)
-    if outcome.applied:
-        ids = [
-            p.event.id
-            for p in prepared.events
-            if isinstance(p.event, Message) and p.event.embedding is not None
-        ]
-        if ids:
-            await guard(connection)
-            await _unless_unbuilt(execute(connection, copy_events_sql(len(ids)), ids))
+    if outcome.applied and (ids := prepared.embedded_message_ids):
+        await guard(connection)
+        await _unless_unbuilt(execute(connection, copy_events_sql(len(ids)), ids))
     return outcome
 
 

@@ -53,7 +53,6 @@ from convostore.backends.sql.vector_cache import (
     SessionsOf,
     VectorsAfter,
 )
-from convostore.model import Message
 from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = [
@@ -147,14 +146,6 @@ async def record(
         await execute(connection, RECORD_PRUNED, (position - KEPT,))
 
 
-def _with_vectors(prepared: PreparedAppend) -> list[str]:
-    return [
-        p.event.id
-        for p in prepared.events
-        if isinstance(p.event, Message) and p.event.embedding is not None
-    ]
-
-
 async def append(
     connection: Connection,
     prepared: PreparedAppend,
@@ -164,7 +155,7 @@ async def append(
     """``write(connection, prepared, *args)``, then its vectors recorded (in the
     caller's transaction)."""
     outcome = await write(connection, prepared, *args)
-    if outcome.applied and (ids := _with_vectors(prepared)):
+    if outcome.applied and (ids := prepared.embedded_message_ids):
         await record(connection, message_ids=ids)
     return outcome
 
