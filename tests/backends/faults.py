@@ -28,18 +28,20 @@ def say(text: str) -> MessageWrite:
 
 async def the_pool_recovers(
     store: Store,
-    kill_connections: Callable[[], Awaitable[None]],
+    kill_connections: Callable[[], Awaitable[int]],
     cause: type[BaseException] | tuple[type[BaseException], ...],
     *,
     attempts: int = 20,
 ) -> None:
-    """Connections of a pool of two are killed on the server: each append that meets a
+    """Connections of a pool of two are killed on the server (``kill_connections``
+    answers how many it killed: at least one, or the test proves nothing): each append
+    that meets a
     dead connection fails as `BackendUnavailableError` caused by the driver's error
     (``cause``), at most one per pooled connection, and the pool then serves again with
     nothing lost."""
     session = await store.create_session(ADA)
     await asyncio.gather(*(store.add_message(session.id, say(str(i))) for i in range(4)))
-    await kill_connections()
+    assert await kill_connections() >= 1, "no connection of the store was killed"
     failures: list[BackendUnavailableError] = []
     for attempt in range(attempts):
         try:

@@ -745,13 +745,14 @@ async def test_a_killed_connection_is_unavailable_and_the_pool_recovers(
 ) -> None:
     store = await stores.open(url_options={"pool_min_size": 2, "pool_max_size": 2})
 
-    async def kill_connections() -> None:
-        await admin_rows(
+    async def kill_connections() -> int:
+        killed = await admin_rows(
             server,
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE application_name = 'convostore' AND pid <> pg_backend_pid()"
             " AND query NOT LIKE 'SELECT pg_terminate_backend%%'",
         )
+        return sum(1 for (terminated,) in killed if terminated)
 
     await the_pool_recovers(store, kill_connections, psycopg.OperationalError)
 
