@@ -26,7 +26,6 @@ if (why := missing_driver("asyncmy", "mysql")) is not None:
 from convostore._time import utc_now
 from convostore.backends.mysql import MySQLBackend, parse_mysql_url, vector_feed
 from convostore.backends.mysql.operations import fetch_all
-from convostore.backends.sql import vector_cache
 from tests.servers.mariadb import (
     TestServer,
     shared_server,
@@ -74,20 +73,6 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
     yield opened
     for store in reversed(opened.opened):
         await store.close()
-
-
-@pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the tables the caches build (one per store, unless something rebuilds)."""
-    counted: list[int] = []
-    build = vector_cache.build
-
-    def counting(*arguments: Any) -> Any:
-        counted.append(1)
-        return build(*arguments)
-
-    monkeypatch.setattr(vector_cache, "build", counting)
-    return counted
 
 
 def backend(store: Store) -> MySQLBackend:

@@ -277,25 +277,18 @@ async def test_a_search_in_an_older_snapshot_answers_for_that_snapshot(
 
 
 async def test_searches_read_only_the_rows_changed_since(
-    vector_store: Store, monkeypatch: pytest.MonkeyPatch
+    vector_store: Store, monkeypatch: pytest.MonkeyPatch, builds: list[int]
 ) -> None:
     """Inserts, re-embeddings and deletes are applied in place: a search reads the rows
     the change log names and never rebuilds."""
     written: list[int] = []
-    builds: list[int] = []
     write = shared_vector_cache.VectorTable._write
-    build = shared_vector_cache.build
 
     def counting(table: Any, rows: list[Any], slots: Any) -> None:
         written.append(len(rows))
         write(table, rows, slots)
 
-    def counting_builds(*arguments: Any) -> Any:
-        builds.append(1)
-        return build(*arguments)
-
     monkeypatch.setattr(shared_vector_cache.VectorTable, "_write", counting)
-    monkeypatch.setattr(shared_vector_cache, "build", counting_builds)
     rng = random.Random(10)
     sessions = [await vector_session(vector_store, rng, owner, 10) for owner in (ADA, BOB)]
     vector = gaussian(rng)

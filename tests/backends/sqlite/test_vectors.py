@@ -18,7 +18,6 @@ import pytest
 
 import convostore
 from convostore import MessageWrite, Role, Store, User
-from convostore.backends.sql import vector_cache
 from convostore.backends.sqlite import search as sqlite_search
 from convostore.backends.sqlite.connection import in_read_snapshot, open_connection
 from convostore.backends.sqlite.search import VectorCache
@@ -94,16 +93,8 @@ async def stores(db_path: Path) -> AsyncIterator[list[Store]]:
 
 
 async def test_changes_from_another_process_apply_in_place(
-    stores: list[Store], db_path: Path, monkeypatch: pytest.MonkeyPatch
+    stores: list[Store], db_path: Path, builds: list[int]
 ) -> None:
-    builds: list[int] = []
-    build = vector_cache.build
-
-    def counting_builds(*arguments: Any) -> Any:
-        builds.append(1)
-        return build(*arguments)
-
-    monkeypatch.setattr(vector_cache, "build", counting_builds)
     rng = random.Random(21)
     url = db_url(db_path)
     sessions = [await vector_session(stores[0], rng, owner) for owner in (ADA, BOB, ADA)]
@@ -136,16 +127,8 @@ async def test_changes_from_another_process_apply_in_place(
 
 
 async def test_a_cache_behind_the_pruned_log_rebuilds(
-    stores: list[Store], db_path: Path, monkeypatch: pytest.MonkeyPatch
+    stores: list[Store], db_path: Path, builds: list[int]
 ) -> None:
-    builds: list[int] = []
-    build = vector_cache.build
-
-    def counting_builds(*arguments: Any) -> Any:
-        builds.append(1)
-        return build(*arguments)
-
-    monkeypatch.setattr(vector_cache, "build", counting_builds)
     rng = random.Random(22)
     sessions = [await vector_session(stores[0], rng, owner) for owner in (ADA, BOB)]
     await assert_exact(stores[0], rng, sessions)
