@@ -11,7 +11,7 @@ import importlib.util
 import itertools
 import os
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -33,13 +33,8 @@ from convostore.backends.interface import VectorQuery
 from convostore.backends.mysql import MySQLBackend, native_vectors, vector_feed
 from convostore.backends.mysql.connection import Connection
 from convostore.backends.mysql.operations import fetch_all, fetch_one
-from tests.backends.support import served
 from tests.servers.mariadb import (
     TestServer,
-    shared_server,
-    shared_server_11,
-    stop_shared_server,
-    stop_shared_server_11,
 )
 
 NATIVE = "?vector_search=native"
@@ -59,16 +54,6 @@ WORDS = [f"w{n}" for n in range(40)] + [
     "lambda",
     "mu",
 ]
-
-
-@pytest.fixture(scope="session")
-def server_11() -> Iterator[TestServer]:
-    yield from served("mariadb11", shared_server_11, stop_shared_server_11)
-
-
-@pytest.fixture(scope="session")
-def server_10() -> Iterator[TestServer]:
-    yield from served("mariadb", shared_server, stop_shared_server)
 
 
 _databases = itertools.count(1)

@@ -14,7 +14,7 @@ import itertools
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -48,13 +48,11 @@ from convostore.backends.mysql.connection import DRIVER
 from convostore.backends.mysql.operations import fetch_all, fetch_one
 from convostore.backends.sql.aio import RollbackAndReturn, in_transaction
 from tests.backends.faults import appends_survive_a_restart, the_pool_recovers
-from tests.backends.support import served, server_unavailable
+from tests.backends.support import server_unavailable
 from tests.servers.mariadb import (
     MariaDBServer,
     ServerUnavailable,
     TestServer,
-    shared_server,
-    stop_shared_server,
 )
 
 ADA = User("ada", "Ada")
@@ -62,8 +60,8 @@ WRITERS = 8
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[TestServer]:
-    yield from served("mariadb", shared_server, stop_shared_server)
+def server(server_10: TestServer) -> TestServer:
+    return server_10
 
 
 _databases = itertools.count(1)

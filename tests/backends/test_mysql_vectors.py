@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import os
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 
 import convostore
 from convostore import InvalidArgumentError, MessageWrite, Role, Store, User
-from tests.backends.support import missing_driver, served
+from tests.backends.support import missing_driver
 
 if (why := missing_driver("asyncmy", "mysql")) is not None:
     pytest.skip(why, allow_module_level=True)
@@ -28,26 +28,12 @@ from convostore.backends.mysql import MySQLBackend, parse_mysql_url, vector_feed
 from convostore.backends.mysql.operations import fetch_all
 from tests.servers.mariadb import (
     TestServer,
-    shared_server,
-    shared_server_11,
-    stop_shared_server,
-    stop_shared_server_11,
 )
 
 ADA = User("ada", "Ada")
 BOB = User("bob", "Bob")
 WIDTH = 16
 MODEL = "test-vectors"
-
-
-@pytest.fixture(scope="session")
-def server_10() -> Iterator[TestServer]:
-    yield from served("mariadb", shared_server, stop_shared_server)
-
-
-@pytest.fixture(scope="session")
-def server_11() -> Iterator[TestServer]:
-    yield from served("mariadb11", shared_server_11, stop_shared_server_11)
 
 
 _databases = itertools.count(1)
