@@ -97,7 +97,6 @@ async def windows(url: str, reads: int) -> tuple[float, float, float]:
     take turns read by read, so the machine's load falls on each alike."""
     from convostore.backends.mysql import MySQLBackend
     from convostore.backends.mysql import statements as sql
-    from convostore.backends.sql.decisions import event_conditions
 
     store = await convostore.connect(url)
     backend = store.backend
@@ -109,8 +108,7 @@ async def windows(url: str, reads: int) -> tuple[float, float, float]:
         for _ in range(10):
             await store.append_events(session.id, writes, await store.version(session.id))
         window = EventFilter(last=20)
-        names = tuple(name for name, _ in sql.EVENT_CONDITIONS)
-        statement = sql.events_sql("newest", event_conditions(names, window))
+        statement = sql.READS.events("newest", sql.READS.flags(window))
         parameters = {"session_id": session.id, "last": 20}
         await store.read(session.id, window)
         spent = [0.0, 0.0, 0.0]

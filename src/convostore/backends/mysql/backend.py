@@ -35,12 +35,7 @@ from convostore.backends.mysql.migrate import (
     prepare_database,
     read_pending_migrations,
 )
-from convostore.backends.mysql.operations import (
-    check_size,
-    execute,
-    read_events,
-    write_append,
-)
+from convostore.backends.mysql.operations import check_size, execute, write_append
 from convostore.backends.mysql.rows import new_session_row
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
@@ -251,12 +246,11 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         return await self._write(vector_feed.append, append, write_append, limit)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
-        # The active view's boundary and later events must agree: one snapshot. A window
-        # of the last n events needs none: its extension reads only positions before
-        # the window, which appends (at the end of the log) never change.
-        if event_filter.active_view:
-            return await self._snapshot(read_events, self._event_cache, session_id, event_filter)
-        return await self._run(read_events, self._event_cache, session_id, event_filter)
+        decode = functools.partial(self._event_cache.event, reader=sql.DIALECT.rows)
+        steps = sql.READS.read_events(session_id, event_filter, decode)
+        # The active view's boundary and later events must agree: one snapshot.
+        run = self._snapshot if event_filter.active_view else self._run
+        return await run(self._drive, steps)
 
     # ---------------------------------------------------------------- vectors and text
 

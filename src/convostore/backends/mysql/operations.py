@@ -1,10 +1,9 @@
 """What each store operation does on one connection: plain async functions.
 
 A ``write_`` function runs inside `convostore.backends.sql.aio.in_transaction` (one READ
-COMMITTED transaction, retried on a deadlock); a ``read_`` function of several statements
-runs inside `connection.in_snapshot` where it needs one snapshot. Each is all of one
-primitive of `convostore.backends.interface.Backend`; what its statements found is
-decided by `convostore.backends.sql.decisions`.
+COMMITTED transaction, retried on a deadlock). Each is all of one primitive of
+`convostore.backends.interface.Backend`; what its statements found is decided by
+`convostore.backends.sql.decisions`.
 """
 
 from __future__ import annotations
@@ -21,18 +20,9 @@ from convostore.backends.mysql.connection import DRIVER, ER_DUP_ENTRY, Connectio
 from convostore.backends.mysql.rows import event_from_row, event_row
 from convostore.backends.sql import decisions
 from convostore.backends.sql.aio import RollbackAndReturn, drive
-from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.values import json_list
 from convostore.backends.sql.writes import insert_users, require_users
 from convostore.errors import InvalidArgumentError
-from convostore.filters import (
-    EventFilter,
-    apply_filter,
-    compaction_parts,
-    compose_view,
-    is_turn_start,
-)
-from convostore.model import Event
 from convostore.prepare import (
     AppendOutcome,
     PreparedAppend,
@@ -44,7 +34,6 @@ __all__ = [
     "fetch_all",
     "fetch_one",
     "json_list",
-    "read_events",
     "write_append",
     "write_delete_expired",
 ]
@@ -134,69 +123,3 @@ async def write_append(connection: Connection, append: PreparedAppend, limit: in
         applied=True,
         events=[replace(p.event, seq=first_seq + i) for i, p in enumerate(events)],
     )
-
-
-# ---------------------------------------------------------------------------- reads
-
-_CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
-READER = sql.DIALECT.rows
-
-
-def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
-    parameters = decisions.read_parameters(sql.DIALECT, session_id, f)
-    # The text filter searches the content folded as Python folds it (see `statements`).
-    if f.text is not None:
-        parameters["text"] = f.text.lower()
-    return parameters
-
-
-async def read_events(
-    connection: Connection, cache: EventCache, session_id: str, event_filter: EventFilter
-) -> list[Event]:
-    """What `filters.apply_filter` answers over the log; over the active view when the
-    filter asks for it and the log has a compaction. Rows read before come from
-    ``cache`` rather than being decoded again."""
-    if event_filter.active_view:
-        boundary = await fetch_one(connection, sql.NEWEST_COMPACTION, (session_id,))
-        if boundary is not None:
-            return await _read_active_view(
-                connection, cache, cache.event(boundary, READER), event_filter
-            )
-    conditions = decisions.event_conditions(_CONDITION_NAMES, event_filter)
-    parameters = _parameters(session_id, event_filter)
-    if event_filter.last is None:
-        rows = await fetch_all(connection, sql.events_sql("forward", conditions), parameters)
-        return [cache.event(row, READER) for row in rows]
-    newest = await fetch_all(connection, sql.events_sql("newest", conditions), parameters)
-    window = [cache.event(row, READER) for row in reversed(newest)]
-    if (
-        not window
-        or len(window) < event_filter.last  # The window holds every match already.
-        or is_turn_start(window[0])
-        or not event_filter.can_match_turn_start
-    ):
-        return window
-    parameters["before"] = window[0].seq
-    start = await fetch_one(connection, sql.events_sql("turn_start", conditions), parameters)
-    if start is None:
-        return window
-    parameters["from_seq"] = start[0]
-    rows = await fetch_all(connection, sql.events_sql("between", conditions), parameters)
-    return [cache.event(row, READER) for row in rows] + window
-
-
-async def _read_active_view(
-    connection: Connection, cache: EventCache, boundary: Event, event_filter: EventFilter
-) -> list[Event]:
-    """The newest compaction's view, composed and filtered as `filters.active_view`
-    has it, from the events it kept and every event after it."""
-    session_id = boundary.session_id
-    rows = await fetch_all(connection, sql.EVENTS_AFTER, (session_id, boundary.seq))
-    after = [cache.event(row, READER) for row in rows]
-    kept_ids, summaries = compaction_parts(boundary, after)
-    kept: list[Event] = []
-    if kept_ids:
-        unique_ids = json_list(dict.fromkeys(kept_ids))
-        rows = await fetch_all(connection, sql.KEPT_EVENTS, (unique_ids, session_id, boundary.seq))
-        kept = sorted((cache.event(row, READER) for row in rows), key=lambda event: event.seq)
-    return apply_filter(compose_view(kept, summaries, after), event_filter)

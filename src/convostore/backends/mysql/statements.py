@@ -9,14 +9,14 @@ ever formatted into SQL. Lists of values are bound as one JSON parameter and rea
 
 from __future__ import annotations
 
-import functools
-from typing import Final, Literal
+from typing import Final
 
 from convostore._time import to_micros
 from convostore.backends.mysql.rows import new_session_row
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.reads import LogReads
 from convostore.backends.sql.statements import (
     EVENT_FIELDS,
     SESSION_FIELDS,
@@ -74,6 +74,10 @@ DIALECT: Final = Dialect(
     ),
     share_indexed_keys=SHARE_INDEXED_KEYS,
     lock_indexed_keys=LOCK_INDEXED_KEYS,
+    strings_table=lambda marker, alias: (
+        f"JSON_TABLE({marker}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS {alias}"
+    ),
+    in_strings=lambda column, marker: f"JSON_CONTAINS({marker}, JSON_QUOTE({column}))",
 )
 
 
@@ -101,9 +105,6 @@ def _placeholders(fields: tuple[str, ...]) -> str:
     return ", ".join("%s" for _ in fields)
 
 
-# A JSON list of strings as rows of one column ``value``.
-_STRINGS = "JSON_TABLE({}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS {}"
-
 # ---------------------------------------------------------------------------- users
 
 UPSERT_USER: Final = (
@@ -120,7 +121,7 @@ INSERT_USER_IF_ABSENT: Final = (
 # The ids of a JSON list that name no stored user.
 MISSING_USERS: Final = (
     "SELECT wanted.value FROM "
-    + _STRINGS.format("%s", "wanted")
+    + DIALECT.strings_table("%s", "wanted")
     + " WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = wanted.value)"
 )
 
@@ -181,74 +182,21 @@ INSERT_EVENTS: Final = f"INSERT INTO events ({columns(EVENT_INSERT_FIELDS)}) VAL
 EVENT_ROW: Final = f"({_placeholders(EVENT_INSERT_FIELDS)})"
 EVENTS_WITH_IDS: Final = (
     f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
-    + _STRINGS.format("%s", "wanted")
+    + DIALECT.strings_table("%s", "wanted")
     + " JOIN events e ON e.id = wanted.value"
 )
 # The reads of the log select each row's ``row_id`` first, the key of the store's
-# `convostore.backends.sql.event_cache.EventCache`.
-NEWEST_COMPACTION: Final = (
-    f"SELECT row_id, {EVENT_COLUMNS} FROM events "
-    "WHERE session_id = %s AND type = 'COMPACTION' ORDER BY seq DESC LIMIT 1"
+# `convostore.backends.sql.event_cache.EventCache`. The text filter is literal and
+# case-insensitive as Python's `needle.lower() in content.lower()`: the folded content
+# is written by convostore, and LOCATE in a binary collation has no wildcards and
+# compares code points.
+READS: Final = LogReads(
+    DIALECT,
+    " AND LOCATE(%(text)s, content_folded) > 0",
+    key="row_id",
+    turn_start=" AND turn_start = 1",
+    fold_text=True,
 )
-EVENTS_AFTER: Final = (
-    f"SELECT row_id, {EVENT_COLUMNS} FROM events WHERE session_id = %s AND seq > %s ORDER BY seq"
-)
-KEPT_EVENTS: Final = (
-    f"SELECT e.row_id, {columns(EVENT_FIELDS, 'e.')} FROM "
-    + _STRINGS.format("%s", "kept")
-    + " JOIN events e ON e.id = kept.value WHERE e.session_id = %s AND e.seq < %s"
-)
-
-# The EventFilter conditions, in the order their fragments are joined: (the filter's
-# attribute, its fragment). Lists are passed as one JSON parameter.
-EVENT_CONDITIONS: Final = (
-    ("types", " AND JSON_CONTAINS(%(types)s, JSON_QUOTE(type))"),
-    ("roles", " AND role IS NOT NULL AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(role))"),
-    ("exclude_synthetic", " AND synthetic = 0"),
-    (
-        "branch",
-        " AND (branch IS NULL OR JSON_CONTAINS(%(lineage)s, JSON_QUOTE(branch)))",
-    ),
-    ("since", " AND created_at >= %(since)s"),
-    ("until", " AND created_at <= %(until)s"),
-    # Literal and case-insensitive as Python's `needle.lower() in content.lower()`: the
-    # folded content is written by convostore, and LOCATE in a binary collation has no
-    # wildcards and compares code points.
-    ("text", " AND LOCATE(%(text)s, content_folded) > 0"),
-    ("after_seq", " AND seq > %(after_seq)s"),
-)
-_EVENTS_FROM = f"SELECT row_id, {EVENT_COLUMNS} FROM events WHERE session_id = %(session_id)s"
-EventShape = Literal["forward", "newest", "turn_start", "between"]
-# shape -> (what precedes the conditions, what follows them)
-_EVENT_SHAPES: dict[EventShape, tuple[str, str]] = {
-    # The first matches in log order.
-    "forward": (_EVENTS_FROM, " ORDER BY seq LIMIT %(limit)s"),
-    # The newest matches, newest first.
-    "newest": (_EVENTS_FROM, " ORDER BY seq DESC LIMIT %(last)s"),
-    # The position of the nearest matching turn start before another position.
-    "turn_start": (
-        "SELECT seq FROM events WHERE session_id = %(session_id)s AND turn_start = 1"
-        " AND seq < %(before)s",
-        " ORDER BY seq DESC LIMIT 1",
-    ),
-    # The matches from one position up to another.
-    "between": (
-        _EVENTS_FROM + " AND seq >= %(from_seq)s AND seq < %(before)s",
-        " ORDER BY seq",
-    ),
-}
-
-
-@functools.cache
-def events_sql(shape: EventShape, conditions: tuple[bool, ...]) -> str:
-    """The read of one shape with the conditions flagged in ``conditions`` (one flag per
-    `EVENT_CONDITIONS` entry). Parameters: session_id, the conditions' names (lineage for
-    branch), and limit, last, before, from_seq as the shape needs."""
-    head, tail = _EVENT_SHAPES[shape]
-    fragments = [
-        fragment for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True) if used
-    ]
-    return head + "".join(fragments) + tail
 
 
 # The session writes (`convostore.backends.sql.writes`).

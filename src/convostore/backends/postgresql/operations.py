@@ -32,6 +32,7 @@ from convostore.backends.sql.decisions import (
     unconfirmed_users,
     unknown_users,
 )
+from convostore.backends.sql.reads import EVENT_CONDITION_NAMES
 from convostore.errors import StoreError
 from convostore.filters import (
     EventFilter,
@@ -265,18 +266,6 @@ async def _stored_id_outcome(
     return replay_or_conflict(prepared, [event_from_row(row) for row in rows])
 
 
-_CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
-
-
-def _conditions(event_filter: EventFilter) -> tuple[bool, ...]:
-    """Which of `statements.EVENT_CONDITIONS` the filter sets."""
-    return event_conditions(_CONDITION_NAMES, event_filter)
-
-
-def _read_parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
-    return read_parameters(sql.DIALECT, session_id, f)
-
-
 async def read_events(
     connection: Connection, session_id: str, event_filter: EventFilter, collation: str | None
 ) -> list[Event]:
@@ -284,12 +273,12 @@ async def read_events(
     over the active view when the filter asks for it and the log has a compaction."""
     statement = sql.events_sql(
         "forward" if event_filter.last is None else "last",
-        _conditions(event_filter),
+        event_conditions(EVENT_CONDITION_NAMES, event_filter),
         collation,
         event_filter.active_view,
     )
     rows = await fetch_all(
-        connection, statement, _read_parameters(session_id, event_filter), binary=True
+        connection, statement, read_parameters(sql.DIALECT, session_id, event_filter), binary=True
     )
     if not event_filter.active_view:
         return [event_from_row(row) for row in rows]

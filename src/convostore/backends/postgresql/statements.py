@@ -23,6 +23,7 @@ from psycopg import sql
 
 from convostore.backends.postgresql.rows import READER
 from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.reads import IS_TURN_START, event_conditions
 from convostore.backends.sql.statements import (
     EVENT_FIELDS,
     SESSION_FIELDS,
@@ -78,6 +79,7 @@ DIALECT: Final = Dialect(
         " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'm')"
     ),
     lock_indexed_keys=LOCK_INDEXED_KEYS,
+    in_strings=lambda column, marker: f"{column} = ANY({marker})",
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -228,28 +230,17 @@ EVENTS_WITH_IDS: Final = f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.id = ANY
 
 # ---------------------------------------------------------------------------- reads
 
-# The EventFilter conditions, in the order their fragments are joined: (the filter's
-# attribute, its fragment). The text condition's {collation} is filled in at connect.
-EVENT_CONDITIONS: Final = (
-    ("types", " AND e.type = ANY(%(types)s::text[])"),
-    ("roles", " AND e.role = ANY(%(roles)s::text[])"),
-    ("exclude_synthetic", " AND NOT e.synthetic"),
-    ("branch", " AND (e.branch IS NULL OR e.branch = ANY(%(lineage)s::text[]))"),
-    ("since", " AND e.created_at >= %(since)s::timestamptz"),
-    ("until", " AND e.created_at <= %(until)s::timestamptz"),
-    # Literal and case-insensitive, as Python's `needle.lower() in content.lower()`:
-    # strpos has no wildcards, and lower() under the chosen collation maps case fully.
-    (
-        "text",
-        " AND strpos(lower(e.content{collation}), lower(%(text)s::text{collation})) > 0",
-    ),
-    ("after_seq", " AND e.seq > %(after_seq)s::bigint"),
+# The EventFilter conditions (`convostore.backends.sql.reads`). The text condition is
+# literal and case-insensitive, as Python's `needle.lower() in content.lower()`: strpos
+# has no wildcards, and lower() under the chosen collation ({collation}, filled in at
+# connect) maps case fully.
+EVENT_CONDITIONS: Final = event_conditions(
+    DIALECT,
+    " AND strpos(lower(e.content{collation}), lower(%(text)s::text{collation})) > 0",
+    alias="e.",
 )
 _MATCHES = "FROM events e WHERE e.session_id = %(session_id)s"
-# Written out as in the partial index events_turn_starts, so the planner can use it.
-_IS_TURN_START = (
-    " AND e.type = 'MESSAGE' AND e.role = 'user' AND e.branch IS NULL AND NOT e.synthetic"
-)
+_IS_TURN_START = IS_TURN_START.format(a="e.")
 ReadShape = Literal["forward", "last"]
 # The newest compaction boundary of the session, for the active view.
 _BOUNDARY = (

@@ -133,6 +133,10 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
         async with self._connection() as connection:
             return await fn(connection, *args, **kwargs)
 
+    async def _drive(self, connection: C, steps: Steps[T]) -> T:
+        """``steps`` run on ``connection`` (as ``fn`` of `_run`: ``_run(_drive, steps)``)."""
+        return await drive(self.driver, connection, steps)
+
     async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one transaction (`in_transaction`)."""
         async with self._connection() as connection:

@@ -42,6 +42,9 @@ class Dialect:
     - ``database_size``: an expression of the bytes the store's tables take, or NULL.
     - ``strings``: a list of strings as one parameter (an array, or JSON text);
       ``no_limit``: the LIMIT parameter that limits nothing.
+    - ``strings_table(marker, alias)``: such a parameter as a table ``alias`` of one
+      column ``value``; ``in_strings(column, marker)``: the condition that a column's
+      value is among them, where it is not ``IN (SELECT value FROM`` that table ``)``.
     - ``share_indexed_keys`` and ``lock_indexed_keys``: how the metadata index stays
       whole whatever interleaves (see `convostore.backends.sql.statements`). A session
       write that indexes metadata runs ``share_indexed_keys`` in its transaction before
@@ -71,7 +74,17 @@ class Dialect:
     no_limit: int | None = None
     share_indexed_keys: str | None = None
     lock_indexed_keys: str | None = None
+    strings_table: Callable[[str, str], str] = lambda marker, alias: (
+        f"unnest({marker}) AS {alias} (value)"
+    )
+    in_strings: Callable[[str, str], str] | None = None
 
     def p(self, name: str, sql_type: str | None = None) -> str:
         """Shorthand for ``param``."""
         return self.param(name, sql_type)
+
+    def within(self, column: str, marker: str) -> str:
+        """The condition that ``column`` is among the strings of a parameter."""
+        if self.in_strings is not None:
+            return self.in_strings(column, marker)
+        return f"{column} IN (SELECT value FROM {self.strings_table(marker, 'listed')})"

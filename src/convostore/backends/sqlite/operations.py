@@ -8,21 +8,18 @@ several queries. Each is all of one primitive of
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import Iterable
 from typing import Any
 
 from convostore._time import to_micros
 from convostore.backends.sql import writes
 from convostore.backends.sql.decisions import (
-    event_conditions,
     missing_session,
-    read_parameters,
     replay_or_conflict,
     unconfirmed_users,
 )
 from convostore.backends.sql.steps import drive
+from convostore.backends.sql.values import json_list
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import RollbackAndReturn
 from convostore.backends.sqlite.event_cache import EventCache, read_through
@@ -31,12 +28,7 @@ from convostore.backends.sqlite.rows import (
     event_values,
     user_values,
 )
-from convostore.filters import (
-    EventFilter,
-    apply_filter,
-    compaction_parts,
-    compose_view,
-)
+from convostore.filters import EventFilter
 from convostore.model import Event, Session, User
 from convostore.prepare import (
     AppendOutcome,
@@ -58,14 +50,6 @@ __all__ = [
 ]
 
 Connection = sqlite3.Connection
-
-# Lists of ids, types, roles and branches are bound as one JSON text parameter. They
-# hold only strings, so one encoder made once serves them all.
-_encode_strings = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
-def _json_list(values: Iterable[str]) -> str:
-    return _encode_strings(list(values))
 
 
 # ---------------------------------------------------------------------------- writes
@@ -133,7 +117,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
             append.started_by,
             append.session_id,
             append.expected_version,
-            _json_list(unconfirmed) if unconfirmed else None,
+            json_list(unconfirmed) if unconfirmed else None,
         ),
     ).fetchone()
     if advanced is None:
@@ -171,7 +155,7 @@ def _raise_for_stored_id(
 ) -> None:
     """An event id is stored already: a retried append (rolled back, answering the stored
     event) or `EventIdConflictError`."""
-    ids = _json_list(prepared.event.id for prepared in append.events)
+    ids = json_list(prepared.event.id for prepared in append.events)
     stored = [event_from_row(row) for row in connection.execute(sql.EVENTS_WITH_IDS, (ids,))]
     if not stored:
         raise error  # Not an id clash: a bug, surfaced as a StoreError.
@@ -185,30 +169,22 @@ def read_all(connection: Connection, statement: str, parameters: Any) -> list[An
     return connection.execute(statement, parameters).fetchall()
 
 
-def _conditions(event_filter: EventFilter) -> tuple[bool, ...]:
-    """Which of `statements.EVENT_CONDITIONS` the filter sets."""
-    return event_conditions(_CONDITION_NAMES, event_filter)
-
-
-_CONDITION_NAMES = tuple(name for name, _ in sql.EVENT_CONDITIONS)
-
-
-def _parameters(session_id: str, f: EventFilter) -> dict[str, Any]:
-    return read_parameters(sql.DIALECT, session_id, f)
-
-
 def read_events(
     connection: Connection, cache: EventCache, session_id: str, event_filter: EventFilter
 ) -> list[Event]:
     """What `filters.apply_filter` answers over the log, computed in SQL; over the
     active view when the filter asks for it and the log has a compaction. Events already
     in ``cache`` are not decoded again (`event_cache.read_through`)."""
+    reads = sql.READS
     if event_filter.active_view:
-        boundary = connection.execute(sql.NEWEST_COMPACTION, (session_id,)).fetchone()
+        boundary = connection.execute(
+            reads.newest_compaction, {"session_id": session_id}
+        ).fetchone()
         if boundary is not None:
-            return _read_active_view(connection, event_from_row(boundary), event_filter)
-    conditions = _conditions(event_filter)
-    parameters = _parameters(session_id, event_filter)
+            view = reads.active_view(event_from_row(boundary), event_filter, event_from_row)
+            return drive(connection, view)
+    conditions = reads.flags(event_filter)
+    parameters = reads.parameters(session_id, event_filter)
     if event_filter.last is None:
         shape: sql.EventShape = "forward"
     else:
@@ -220,23 +196,3 @@ def read_events(
         sql.events_sql(shape, conditions),
         parameters,
     )
-
-
-def _read_active_view(
-    connection: Connection, boundary: Event, event_filter: EventFilter
-) -> list[Event]:
-    """The view is composed and filtered in Python, as `filters.active_view` has it. It
-    holds the events the newest compaction kept and every event after it: what
-    compaction keeps small, not the whole log."""
-    session_id = boundary.session_id
-    after = [
-        event_from_row(row)
-        for row in connection.execute(sql.EVENTS_AFTER, (session_id, boundary.seq))
-    ]
-    kept_ids, summaries = compaction_parts(boundary, after)
-    kept: list[Event] = []
-    if kept_ids:
-        unique_ids = _json_list(dict.fromkeys(kept_ids))  # each once, however often named
-        rows = connection.execute(sql.KEPT_EVENTS, (unique_ids, session_id, boundary.seq))
-        kept = [event_from_row(row) for row in rows]
-    return apply_filter(compose_view(kept, summaries, after), event_filter)

@@ -13,6 +13,7 @@ from typing import Final, Literal
 
 from convostore._time import to_micros
 from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.reads import LogReads
 from convostore.backends.sql.statements import (
     EVENT_FIELDS,
     SESSION_FIELDS,
@@ -60,6 +61,7 @@ DIALECT: Final = Dialect(
     database_size="SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
     strings=json_list,
     no_limit=-1,
+    strings_table=lambda marker, alias: f"json_each({marker}) {alias}",
 )
 STATEMENTS: Final = Statements(DIALECT)
 
@@ -144,34 +146,15 @@ INSERT_EVENT: Final = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({_placehold
 EVENTS_WITH_IDS: Final = (
     f"SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT value FROM json_each(?))"
 )
-NEWEST_COMPACTION: Final = (
-    f"SELECT {EVENT_COLUMNS} FROM events "
-    "WHERE session_id = ? AND type = 'COMPACTION' ORDER BY seq DESC LIMIT 1"
-)
-EVENTS_AFTER: Final = (
-    f"SELECT {EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq"
-)
-# CROSS JOIN keeps the id list the outer loop: each kept event is one lookup by id,
-# however long the log before the boundary is.
-KEPT_EVENTS: Final = (
-    f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM json_each(?1) kept "
-    "CROSS JOIN events e ON e.id = kept.value WHERE e.session_id = ?2 AND e.seq < ?3"
-)
-
 # ---------------------------------------------------------------------------- assembled
 
-# The EventFilter conditions, in the order their fragments are joined: (the filter's
-# attribute, its fragment). Lists are passed as one JSON parameter.
-EVENT_CONDITIONS: Final = (
-    ("types", " AND type IN (SELECT value FROM json_each(:types))"),
-    ("roles", " AND role IN (SELECT value FROM json_each(:roles))"),
-    ("exclude_synthetic", " AND synthetic = 0"),
-    ("branch", " AND (branch IS NULL OR branch IN (SELECT value FROM json_each(:lineage)))"),
-    ("since", " AND created_at >= :since"),
-    ("until", " AND created_at <= :until"),
-    ("text", f" AND {CONTAINS_FUNCTION}(content, :text)"),
-    ("after_seq", " AND seq > :after_seq"),
+# The reads of the log (`convostore.backends.sql.reads`): its conditions and the active
+# view. CROSS JOIN keeps the id list of the view's kept events the outer loop: each is
+# one lookup by id, however long the log before the boundary is.
+READS: Final = LogReads(
+    DIALECT, f" AND {CONTAINS_FUNCTION}(content, :text)", kept_join="CROSS JOIN"
 )
+EVENT_CONDITIONS: Final = READS.conditions
 _EVENTS_FROM = " FROM events WHERE session_id = :session_id"
 # What a read selects: every column, or the keys of `event_cache` (rowid and stamp).
 _SELECTED = {False: f"SELECT {EVENT_COLUMNS}", True: "SELECT rowid, stamp"}
@@ -202,9 +185,7 @@ def events_sql(shape: EventShape, conditions: tuple[bool, ...], keys: bool = Fal
     last (``window``: the newest matches widened back to a turn start; ``window_whole``:
     not widened, for filters no turn start can pass). With ``keys`` it selects the rowid
     and stamp of each event, not its columns."""
-    fragments = "".join(
-        fragment for (_, fragment), used in zip(EVENT_CONDITIONS, conditions, strict=True) if used
-    )
+    fragments = READS.where(conditions)
     if shape == "forward":
         return _SELECTED[keys] + _EVENTS_FROM + fragments + " ORDER BY seq LIMIT :limit"
     start = (
