@@ -247,18 +247,17 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         decode = functools.partial(self._event_cache.event, reader=sql.DIALECT.rows)
-        steps = sql.READS.read_events(session_id, event_filter, decode)
         # The active view's boundary and later events must agree: one snapshot.
         run = self._snapshot if event_filter.active_view else self._run
-        return await run(self._drive, steps)
+        return await run(self._steps, sql.READS.read_events, session_id, event_filter, decode)
 
     # ---------------------------------------------------------------- vectors and text
 
     async def vector_index_spec(self) -> VectorIndexSpec | None:
-        return await self._run(search.vector_index_spec)
+        return await self._run(self._steps, search.EMBEDDINGS.spec)
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
-        await self._run(search.declare_vector_index, spec, replace)
+        await self._run(self._steps, search.EMBEDDINGS.declare_index, spec, replace)
         # A graph of another declaration goes, whoever searches it; this store builds
         # one only if it searches it.
         if self.server_vectors and (replace or self.native_search):
@@ -269,7 +268,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         after the run (`end_reembed`), over every vector at once."""
         if await self.vector_index_spec() == spec:
             return False
-        await self._run(search.declare_vector_index, spec, True)
+        await self._run(self._steps, search.EMBEDDINGS.declare_index, spec, True)
         if self.server_vectors:
             await self._native_graph(replace=True, build=False)
         return True
@@ -285,16 +284,16 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
-        return await self._run(search.pending, model, roles, after, limit)
+        return await self._run(self._steps, search.EMBEDDINGS.pending, model, roles, after, limit)
 
     async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
-        return await self._run(search.count_pending, model, roles)
+        return await self._run(self._steps, search.EMBEDDINGS.count_pending, model, roles)
 
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         ids = [message_id for message_id, _ in vectors]
-        write: tuple[Any, ...] = (search.set_embeddings, model, vectors)
+        write: tuple[Any, ...] = (self._steps, search.EMBEDDINGS.set_embeddings, model, vectors)
         if self.server_vectors:
             write = (native_vectors.set_embeddings, ids, *write)
         await self._write(vector_feed.set_embeddings, ids, *write)

@@ -47,6 +47,7 @@ from convostore.backends.interface import VectorQuery
 from convostore.backends.mysql.connection import Connection, error_code
 from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
 from convostore.backends.mysql.schema import ServerFacts
+from convostore.backends.sql.embeddings import SELECT_VECTOR_INDEX
 from convostore.embedding import Metric, VectorIndexSpec
 from convostore.prepare import AppendOutcome, PreparedAppend
 
@@ -99,7 +100,6 @@ ACCESS_DENIED: Final = frozenset({1044, 1142, 1227})
 PROBE: Final = "SELECT VEC_FromText('[1]')"
 GUARD: Final = "SELECT id FROM native_vector_guard WHERE id = 1 LOCK IN SHARE MODE"
 SETTLE: Final = "SELECT id FROM native_vector_guard WHERE id = 1 FOR UPDATE"
-SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
 SELECT_STATE: Final = "SELECT dimensions, metric, model FROM native_vector_state WHERE id = 1"
 CLEAR_STATE: Final = "DELETE FROM native_vector_state"
 RECORD_STATE: Final = (

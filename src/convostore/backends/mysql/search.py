@@ -19,74 +19,47 @@ Only the k best rows are then read whole.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from convostore.backends.interface import SearchScope, TextQuery, VectorQuery
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import DRIVER, Connection
-from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
+from convostore.backends.mysql.operations import fetch_all
 from convostore.backends.mysql.rows import fulltext_query
 from convostore.backends.mysql.vector_feed import feed
 from convostore.backends.sql.aio import drive
+from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.search import (
     SearchStatements,
     hits,
     ranked,
-    roles_json,
     scope_parameters,
     scoped,
 )
 from convostore.backends.sql.search import text_search as text_search_steps
 from convostore.backends.sql.values import vector_blob
 from convostore.backends.sql.vector_cache import VectorCache
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.model import Role, SearchHit
-from convostore.prepare import new_stamp
 
-__all__ = [
-    "count_pending",
-    "declare_vector_index",
-    "pending",
-    "set_embeddings",
-    "text_search",
-    "vector_index_spec",
-    "vector_search",
-]
+__all__ = ["EMBEDDINGS", "text_search", "vector_search"]
 
 # A native index's search: the k best (row id, score), or None to scan instead.
 NativeSearch = Callable[[Connection, VectorQuery], Awaitable[list[tuple[int, float]] | None]]
 
-SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
-INSERT_VECTOR_INDEX: Final = (
-    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
-    " ON DUPLICATE KEY UPDATE id = id"
-)
-REPLACE_VECTOR_INDEX: Final = (
-    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
-    " ON DUPLICATE KEY UPDATE dimensions = VALUES(dimensions), metric = VALUES(metric),"
-    " model = VALUES(model)"
-)
-
-# Messages with no vector of a model, of some roles, with non-blank content.
-_PENDING_WHERE = (
-    " WHERE type = 'MESSAGE' AND (embedding_model IS NULL OR embedding_model <> %(model)s)"
-    " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(role))"
-    " AND content REGEXP %(non_blank)s"
-)
 # A character str.strip() keeps: a message with none is blank (all of Python's
 # whitespace lies below U+3001).
 _NON_BLANK: Final = "[^" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
-# Keyset by id: every page starts where the last ended.
-PENDING_PAGE: Final = (
-    "SELECT id, session_id, role, content FROM events"
-    + _PENDING_WHERE
-    + " AND id > %(after)s ORDER BY id LIMIT %(limit)s"
-)
-COUNT_PENDING: Final = "SELECT count(*) FROM events" + _PENDING_WHERE
-SET_EMBEDDING: Final = (
-    "UPDATE events SET embedding = %s, embedding_model = %s, stamp = %s "
-    "WHERE id = %s AND type = 'MESSAGE'"
+EMBEDDINGS: Final = Embeddings(
+    sql.DIALECT,
+    "content REGEXP %(non_blank)s",
+    non_blank_parameters={"non_blank": _NON_BLANK},
+    keep_existing=" ON DUPLICATE KEY UPDATE id = id",
+    replace_existing=(
+        " ON DUPLICATE KEY UPDATE dimensions = VALUES(dimensions), metric = VALUES(metric),"
+        " model = VALUES(model)"
+    ),
+    vector=vector_blob,
 )
 
 _VECTOR_CANDIDATES = (
@@ -121,55 +94,6 @@ SEARCH: Final = SearchStatements(
     ),
     reader=sql.DIALECT.rows,
 )
-
-
-async def vector_index_spec(connection: Connection) -> VectorIndexSpec | None:
-    row = await fetch_one(connection, SELECT_VECTOR_INDEX)
-    return None if row is None else VectorIndexSpec(int(row[0]), row[1], row[2])
-
-
-async def declare_vector_index(
-    connection: Connection, spec: VectorIndexSpec, replace: bool
-) -> None:
-    # The exact scan needs no index structure: the record is the index's declaration.
-    statement = REPLACE_VECTOR_INDEX if replace else INSERT_VECTOR_INDEX
-    await execute(connection, statement, (spec.dimensions, spec.metric, spec.model))
-
-
-async def pending(
-    connection: Connection, model: str, roles: Sequence[Role], after: str | None, limit: int
-) -> list[PendingEmbedding]:
-    rows = await fetch_all(
-        connection,
-        PENDING_PAGE,
-        {
-            "model": model,
-            "roles": roles_json(roles),
-            "non_blank": _NON_BLANK,
-            "after": after or "",
-            "limit": limit,
-        },
-    )
-    return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
-
-
-async def count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
-    parameters = {"model": model, "roles": roles_json(roles), "non_blank": _NON_BLANK}
-    row = await fetch_one(connection, COUNT_PENDING, parameters)
-    return int(row[0])
-
-
-async def set_embeddings(
-    connection: Connection, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
-) -> None:
-    async with connection.cursor() as cursor:
-        await cursor.executemany(
-            SET_EMBEDDING,
-            [
-                (vector_blob(vector), model, new_stamp(), message_id)
-                for message_id, vector in vectors
-            ],
-        )
 
 
 def _nothing() -> None:

@@ -209,7 +209,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
     # ---------------------------------------------------------------- vectors and text
 
     async def vector_index_spec(self) -> VectorIndexSpec | None:
-        return await self._run(search.vector_index_spec)
+        return await self._run(self._steps, search.EMBEDDINGS.spec)
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         if self.facts.vector_schema is None:
@@ -245,10 +245,10 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
     async def pending_embeddings(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
     ) -> list[PendingEmbedding]:
-        return await self._run(search.pending, model, roles, after, limit)
+        return await self._run(self._steps, search.EMBEDDINGS.pending, model, roles, after, limit)
 
     async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
-        return await self._run(search.count_pending, model, roles)
+        return await self._run(self._steps, search.EMBEDDINGS.count_pending, model, roles)
 
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]

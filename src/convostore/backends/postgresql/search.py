@@ -22,21 +22,21 @@ from typing import Any, Final
 from psycopg import sql
 
 from convostore.backends.postgresql import statements
-from convostore.backends.postgresql.connection import Connection
+from convostore.backends.postgresql.connection import DRIVER, Connection
 from convostore.backends.postgresql.operations import fetch_all, fetch_one
 from convostore.backends.postgresql.rows import event_from_row, tsquery, vector_text
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.backends.sql.aio import drive
+from convostore.backends.sql.embeddings import Embeddings
+from convostore.embedding import Metric, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
 from convostore.prepare import new_stamp
 
 __all__ = [
+    "EMBEDDINGS",
     "HNSW_INDEX",
-    "count_pending",
     "declare_vector_index",
-    "pending",
     "set_embeddings",
     "text_search",
-    "vector_index_spec",
     "vector_search",
 ]
 
@@ -54,30 +54,11 @@ PYTHON_WHITESPACE: Final = (
     "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 
-SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
-INSERT_VECTOR_INDEX: Final = (
-    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
-    " ON CONFLICT (id) DO NOTHING"
+EMBEDDINGS: Final = Embeddings(
+    statements.DIALECT,
+    "btrim(content, %(blank)s) <> ''",
+    non_blank_parameters={"blank": PYTHON_WHITESPACE},
 )
-REPLACE_VECTOR_INDEX: Final = (
-    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, %s, %s, %s)"
-    " ON CONFLICT (id) DO UPDATE SET"
-    " dimensions = excluded.dimensions, metric = excluded.metric, model = excluded.model"
-)
-
-# Messages with no vector of a model, of some roles, with non-blank content.
-_PENDING_WHERE = (
-    " WHERE type = 'MESSAGE' AND embedding_model IS DISTINCT FROM %(model)s"
-    " AND role = ANY(%(roles)s::text[]) AND btrim(content, %(blank)s) <> ''"
-)
-# Keyset by id: every page starts where the last ended, so a whole run reads each row
-# once even though embedded rows leave the pending set behind it.
-PENDING_PAGE: Final = (
-    "SELECT id, session_id, role, content FROM events"
-    + _PENDING_WHERE
-    + " AND id > %(after)s ORDER BY id LIMIT %(limit)s"
-)
-COUNT_PENDING: Final = "SELECT count(*) FROM events" + _PENDING_WHERE
 SET_EMBEDDINGS: Final = (
     "UPDATE events SET embedding = given.embedding::real[], embedding_model = %(model)s,"
     " stamp = given.stamp"
@@ -174,11 +155,6 @@ def _drop_hnsw_ddl(schema: str) -> sql.Composed:
 # ---------------------------------------------------------------------------- the index
 
 
-async def vector_index_spec(connection: Connection) -> VectorIndexSpec | None:
-    row = await fetch_one(connection, SELECT_VECTOR_INDEX)
-    return None if row is None else VectorIndexSpec(row[0], row[1], row[2])
-
-
 async def declare_vector_index(
     connection: Connection,
     schema: str,
@@ -194,19 +170,13 @@ async def declare_vector_index(
     (``lock``: its statement and parameters), so concurrent connects build it once."""
     async with connection.transaction():
         await connection.execute(*lock)
+        await drive(DRIVER, connection, EMBEDDINGS.declare_index(spec, replace))
         if replace:
-            await connection.execute(
-                REPLACE_VECTOR_INDEX, (spec.dimensions, spec.metric, spec.model)
-            )
             await connection.execute(_drop_hnsw_ddl(schema))
-        else:
-            await connection.execute(
-                INSERT_VECTOR_INDEX, (spec.dimensions, spec.metric, spec.model)
-            )
         # Only DDL where the index is missing: creating one, even IF NOT EXISTS, needs
         # the table's owner, and a role that only reads and writes may connect too.
         if build and not await _hnsw_index_exists(connection, schema):
-            recorded = await vector_index_spec(connection)
+            recorded = await drive(DRIVER, connection, EMBEDDINGS.spec())
             assert recorded is not None
             await connection.execute(hnsw_index_ddl(schema, recorded))
 
@@ -218,23 +188,6 @@ async def _hnsw_index_exists(connection: Connection, schema: str) -> bool:
 
 
 # ---------------------------------------------------------------------------- re-embedding
-
-
-def _pending_parameters(model: str, roles: Sequence[Role]) -> dict[str, Any]:
-    return {"model": model, "roles": [role.value for role in roles], "blank": PYTHON_WHITESPACE}
-
-
-async def pending(
-    connection: Connection, model: str, roles: Sequence[Role], after: str | None, limit: int
-) -> list[PendingEmbedding]:
-    parameters = _pending_parameters(model, roles) | {"after": after or "", "limit": limit}
-    rows = await fetch_all(connection, PENDING_PAGE, parameters)
-    return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
-
-
-async def count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
-    row = await fetch_one(connection, COUNT_PENDING, _pending_parameters(model, roles))
-    return int(row[0])
 
 
 async def set_embeddings(

@@ -133,9 +133,10 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
         async with self._connection() as connection:
             return await fn(connection, *args, **kwargs)
 
-    async def _drive(self, connection: C, steps: Steps[T]) -> T:
-        """``steps`` run on ``connection`` (as ``fn`` of `_run`: ``_run(_drive, steps)``)."""
-        return await drive(self.driver, connection, steps)
+    async def _steps(self, connection: C, make: Callable[..., Steps[T]], *args: Any) -> T:
+        """The steps ``make(*args)`` run on ``connection``: as ``fn`` of `_run` or of
+        `_write` (made again for each retry), ``_run(self._steps, make, *args)``."""
+        return await drive(self.driver, connection, make(*args))
 
     async def _write(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one transaction (`in_transaction`)."""
@@ -145,11 +146,7 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
     async def _write_steps(self, write: Callable[..., Steps[T]], *args: Any) -> T:
         """The write ``write(*args)`` (`convostore.backends.sql.writes`) in one
         transaction, made again for each retry."""
-
-        async def run(connection: C) -> T:
-            return await drive(self.driver, connection, write(*args))
-
-        return await self._write(run)
+        return await self._write(self._steps, write, *args)
 
     async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
         return await self._run(self.driver.fetch_all, statement, parameters)

@@ -18,10 +18,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
+from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.search import (
     SearchStatements,
     ranked,
-    roles_json,
     scope_parameters,
     scoped,
     text_search,
@@ -34,7 +34,6 @@ from convostore.backends.sqlite.rows import vector_blob
 from convostore.backends.sqlite.vector_cache import feed
 from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.model import Role, SearchHit
-from convostore.prepare import new_stamp
 
 __all__ = [
     "VectorCache",
@@ -49,35 +48,7 @@ __all__ = [
 
 Connection = sqlite3.Connection
 
-SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index WHERE id = 1"
-INSERT_VECTOR_INDEX: Final = (
-    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, ?, ?, ?)"
-    " ON CONFLICT (id) DO NOTHING"
-)
-REPLACE_VECTOR_INDEX: Final = (
-    "INSERT INTO vector_index (id, dimensions, metric, model) VALUES (1, ?, ?, ?)"
-    " ON CONFLICT (id) DO UPDATE SET"
-    " dimensions = excluded.dimensions, metric = excluded.metric, model = excluded.model"
-)
-
-# Messages with no vector of a model, of some roles, with non-blank content.
-_PENDING_WHERE = (
-    " WHERE type = 'MESSAGE' AND (embedding_model IS NULL OR embedding_model <> :model)"
-    " AND role IN (SELECT value FROM json_each(:roles))"
-    f" AND NOT {BLANK_FUNCTION}(content)"
-)
-# Keyset by id: every page starts where the last ended, so a whole run reads each row
-# once even though embedded rows leave the pending set behind it.
-PENDING_PAGE: Final = (
-    "SELECT id, session_id, role, content FROM events"
-    + _PENDING_WHERE
-    + " AND id > :after ORDER BY id LIMIT :limit"
-)
-COUNT_PENDING: Final = "SELECT count(*) FROM events" + _PENDING_WHERE
-SET_EMBEDDING: Final = (
-    "UPDATE events SET embedding = ?, embedding_model = ?, stamp = ? "
-    "WHERE id = ? AND type = 'MESSAGE'"
-)
+EMBEDDINGS: Final = Embeddings(sql.DIALECT, f"NOT {BLANK_FUNCTION}(content)", vector=vector_blob)
 
 _VECTOR_CANDIDATES = (
     "SELECT e.rowid, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
@@ -113,38 +84,27 @@ SEARCH: Final = SearchStatements(
 
 
 def read_vector_index(connection: Connection) -> VectorIndexSpec | None:
-    row = connection.execute(SELECT_VECTOR_INDEX).fetchone()
-    return None if row is None else VectorIndexSpec(row[0], row[1], row[2])
+    return drive(connection, EMBEDDINGS.spec())
 
 
 def write_vector_index(connection: Connection, spec: VectorIndexSpec, replace: bool) -> None:
-    # The exact scan needs no index structure: the record is the index's declaration.
-    statement = REPLACE_VECTOR_INDEX if replace else INSERT_VECTOR_INDEX
-    connection.execute(statement, (spec.dimensions, spec.metric, spec.model))
+    drive(connection, EMBEDDINGS.declare_index(spec, replace))
 
 
 def read_pending(
     connection: Connection, model: str, roles: Sequence[Role], after: str | None, limit: int
 ) -> list[PendingEmbedding]:
-    rows = connection.execute(
-        PENDING_PAGE,
-        {"model": model, "roles": roles_json(roles), "after": after or "", "limit": limit},
-    ).fetchall()
-    return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
+    return drive(connection, EMBEDDINGS.pending(model, roles, after, limit))
 
 
 def read_count_pending(connection: Connection, model: str, roles: Sequence[Role]) -> int:
-    row = connection.execute(COUNT_PENDING, {"model": model, "roles": roles_json(roles)})
-    return int(row.fetchone()[0])
+    return drive(connection, EMBEDDINGS.count_pending(model, roles))
 
 
 def write_embeddings(
     connection: Connection, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
 ) -> None:
-    connection.executemany(
-        SET_EMBEDDING,
-        [(vector_blob(vector), model, new_stamp(), message_id) for message_id, vector in vectors],
-    )
+    drive(connection, EMBEDDINGS.set_embeddings(model, vectors))
 
 
 def read_vector_search(
