@@ -112,7 +112,7 @@ async def scanned(store: Store, vector: tuple[float, ...], k: int, **scope: Any)
         scope.get("session_id"),
         None if roles is None else tuple(Role(role) for role in roles),
     )
-    return await sqlite_of(store)._readers.run(in_read_snapshot, sqlite_search._scan, arguments)
+    return await sqlite_of(store)._readers.run(in_read_snapshot, sqlite_search.scan, arguments)
 
 
 async def assert_exact(

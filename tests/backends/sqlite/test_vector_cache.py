@@ -243,7 +243,7 @@ async def test_a_search_in_an_older_snapshot_answers_for_that_snapshot(
         metric: Metric = "cosine"
         arguments = (tuple(vector), metric, model, k, None, None, None)
         hits = sqlite_search.read_vector_search(connection, cache, *arguments)
-        expected = sqlite_search._scan(connection, *arguments)
+        expected = sqlite_search.scan(connection, *arguments)
         assert [hit.message for hit in hits] == [hit.message for hit in expected]
         assert [hit.score for hit in hits] == pytest.approx(
             [hit.score for hit in expected], rel=1e-5, abs=1e-6

@@ -229,14 +229,14 @@ def test_the_quantised_ranking_finds_what_the_scan_finds(
             for query in queries:
                 arguments = (tuple(query.tolist()), metric, model, 10, owner, session, roles)
                 found = in_read_snapshot(connection, searched, arguments)
-                exact = in_read_snapshot(connection, sqlite_search._scan, arguments)
+                exact = in_read_snapshot(connection, sqlite_search.scan, arguments)
                 assert len(found) == 10
                 recalls.append(len(set(found) & {hit.message.id for hit in exact}) / 10)
             assert float(np.mean(recalls)) >= 0.95, (owner, roles, np.mean(recalls))
         for session in sessions[:5]:
             arguments = (tuple(queries[0].tolist()), metric, model, 100, None, session, None)
             found = in_read_snapshot(connection, searched, arguments)
-            exact = in_read_snapshot(connection, sqlite_search._scan, arguments)
+            exact = in_read_snapshot(connection, sqlite_search.scan, arguments)
             assert found == [hit.message.id for hit in exact]
     finally:
         connection.close()

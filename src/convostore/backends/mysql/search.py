@@ -18,14 +18,12 @@ Only the k best rows are then read whole.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Final
 
 from convostore.backends.interface import SearchScope, TextQuery, VectorQuery
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import DRIVER, Connection
-from convostore.backends.mysql.operations import fetch_all
 from convostore.backends.mysql.rows import fulltext_query
 from convostore.backends.mysql.vector_feed import feed
 from convostore.backends.sql.aio import drive
@@ -33,11 +31,9 @@ from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.search import (
     SearchStatements,
     hits,
-    ranked,
-    scope_parameters,
-    scoped,
 )
 from convostore.backends.sql.search import text_search as text_search_steps
+from convostore.backends.sql.search import vector_search as vector_search_steps
 from convostore.backends.sql.values import vector_blob
 from convostore.backends.sql.vector_cache import VectorCache
 from convostore.model import Role, SearchHit
@@ -62,24 +58,9 @@ EMBEDDINGS: Final = Embeddings(
     vector=vector_blob,
 )
 
-_VECTOR_CANDIDATES = (
-    "SELECT e.row_id, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
-    " WHERE e.type = 'MESSAGE' AND e.embedding IS NOT NULL"
-    " AND length(e.embedding) = %(width)s"
-)
-_BY_MODEL = " AND e.embedding_model = %(model)s"
-# The vectors of the shortlisted rows, in row order, for the exact ranking.
-SHORTLISTED_VECTORS: Final = (
-    "SELECT e.row_id, e.embedding FROM "
-    "JSON_TABLE(%s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
-    " JOIN events e ON e.row_id = wanted.value ORDER BY e.row_id"
-)
 SEARCH: Final = SearchStatements(
-    scope=(
-        " AND s.owner_id = %(owner_id)s",
-        " AND e.session_id = %(session_id)s",
-        " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(e.role))",
-    ),
+    sql.DIALECT,
+    "row_id",
     text_matches=(
         "SELECT e.row_id, MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE) AS score"
         " FROM events e JOIN sessions s ON s.id = e.session_id"
@@ -87,12 +68,6 @@ SEARCH: Final = SearchStatements(
         " AND e.type = 'MESSAGE'"
     ),
     text_order=" ORDER BY score DESC, e.id LIMIT %(k)s",
-    events_by_row=(
-        f"SELECT e.row_id, {sql.EVENT_COLUMNS} FROM "
-        "JSON_TABLE(%(rowids)s, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
-        " JOIN events e ON e.row_id = wanted.value"
-    ),
-    reader=sql.DIALECT.rows,
 )
 
 
@@ -112,37 +87,20 @@ async def vector_search(
     exact scan."""
     if native is not None and (found := await native(connection, query)) is not None:
         return await drive(DRIVER, connection, hits(SEARCH, found))
-    scope = query.scope
+    scope = _scope(query.scope)
+    shortlisted = None
     if cache is not None:
         try:
             shortlisted = await cache.shortlisted_async(
                 feed(connection),
                 (query.model, len(query.vector)),
-                query.vector,
-                query.metric,
-                query.k,
-                scope.owner_id,
-                scope.session_id,
-                scope.roles,
+                *(query.vector, query.metric, query.k, *scope),
             )
         finally:
             release()
-        if shortlisted is not None:
-            if not shortlisted.shape[0]:
-                return []
-            found_rows = await fetch_all(
-                connection, SHORTLISTED_VECTORS, (json.dumps(shortlisted.tolist()),)
-            )
-            return await _ranked(connection, query, found_rows)
-    base = _VECTOR_CANDIDATES + ("" if query.model is None else _BY_MODEL)
-    statement = scoped(SEARCH, base, *_scope(scope)) + " ORDER BY e.row_id"
-    parameters = {"width": 4 * len(query.vector), "model": query.model}
-    parameters.update(scope_parameters(*_scope(scope)))
-    return await _ranked(connection, query, await fetch_all(connection, statement, parameters))
-
-
-async def _ranked(connection: Connection, query: VectorQuery, rows: list[Any]) -> list[SearchHit]:
-    steps = ranked(SEARCH, query.vector, query.metric, query.k, rows)
+    steps = vector_search_steps(
+        SEARCH, query.vector, query.metric, query.model, query.k, scope, shortlisted
+    )
     return await drive(DRIVER, connection, steps)
 
 

@@ -78,6 +78,9 @@ DIALECT: Final = Dialect(
         f"JSON_TABLE({marker}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS {alias}"
     ),
     in_strings=lambda column, marker: f"JSON_CONTAINS({marker}, JSON_QUOTE({column}))",
+    integers=lambda marker, alias: (
+        f"JSON_TABLE({marker}, '$[*]' COLUMNS (value BIGINT PATH '$')) AS {alias}"
+    ),
 )
 
 

@@ -44,7 +44,9 @@ class Dialect:
       ``no_limit``: the LIMIT parameter that limits nothing.
     - ``strings_table(marker, alias)``: such a parameter as a table ``alias`` of one
       column ``value``; ``in_strings(column, marker)``: the condition that a column's
-      value is among them, where it is not ``IN (SELECT value FROM`` that table ``)``.
+      value is among them, where it is not ``IN (SELECT value FROM`` that table ``)``;
+      ``integers(marker, alias)``: the same table of a JSON list of integers, where it
+      differs.
     - ``share_indexed_keys`` and ``lock_indexed_keys``: how the metadata index stays
       whole whatever interleaves (see `convostore.backends.sql.statements`). A session
       write that indexes metadata runs ``share_indexed_keys`` in its transaction before
@@ -78,10 +80,17 @@ class Dialect:
         f"unnest({marker}) AS {alias} (value)"
     )
     in_strings: Callable[[str, str], str] | None = None
+    integers: Callable[[str, str], str] | None = None
 
     def p(self, name: str, sql_type: str | None = None) -> str:
         """Shorthand for ``param``."""
         return self.param(name, sql_type)
+
+    def integers_table(self, marker: str, alias: str) -> str:
+        """A parameter of integers as a table ``alias`` of one column ``value``."""
+        if self.integers is not None:
+            return self.integers(marker, alias)
+        return self.strings_table(marker, alias)
 
     def within(self, column: str, marker: str) -> str:
         """The condition that ``column`` is among the strings of a parameter."""

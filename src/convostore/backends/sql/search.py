@@ -1,18 +1,20 @@
 """What search runs alike on the backends whose hits are rows found by row id (SQLite,
 MySQL), written once without I/O (`steps`): the scope of a search, the text search's
-statement, and the ranked rows read whole."""
+statement, the exact vector search (of a cache's shortlist, or a scan), and the ranked
+rows read whole."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from convostore._vectors import best, from_blobs, scores
-from convostore.backends.sql.rows import RowReader
+from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.statements import EVENT_FIELDS, columns
 from convostore.backends.sql.steps import Query, Steps
 from convostore.backends.sql.values import json_list
+from convostore.backends.sql.vector_cache import Rowids
 from convostore.embedding import Metric
 from convostore.model import Message, Role, SearchHit
 
@@ -24,27 +26,50 @@ __all__ = [
     "scope_parameters",
     "scoped",
     "text_search",
+    "vector_search",
 ]
 
 
-@dataclass(frozen=True, slots=True)
 class SearchStatements:
-    """A backend's search statements (events ``e`` joined to sessions ``s``):
+    """A backend's search statements (events ``e`` joined to sessions ``s``), each row
+    found by its ``key`` column (a row id no other row is given):
 
     - ``scope``: the conditions narrowing to an owner, a session, roles (parameters
       ``owner_id``, ``session_id``, ``roles``: a JSON list), each a fixed fragment, so
       the statements stay a small bounded set;
-    - ``text_matches``: row id and score of the messages matching ``query``;
+    - ``text_matches``: row key and score of the messages matching ``query``;
       ``text_order``: its order, best first, and LIMIT ``k``;
-    - ``events_by_row``: the row id, then the event's columns, of each row of
-      ``rowids`` (a JSON list).
+    - ``events_by_row``: the row key, then the event's columns, of each row of
+      ``rowids`` (a JSON list); ``shortlisted_vectors``: their keys and vectors;
+    - ``vector_candidates``: every message's key and vector of the width ``width``
+      (bytes), ``by_model`` narrowing it to ``model``'s.
     """
 
-    scope: tuple[str, str, str]
-    text_matches: str
-    text_order: str
-    events_by_row: str
-    reader: RowReader
+    def __init__(self, dialect: Dialect, key: str, text_matches: str, text_order: str) -> None:
+        p, rows = dialect.p, dialect.integers_table(dialect.p("rowids"), "wanted")
+        self.reader = dialect.rows
+        self.scope = (
+            f" AND s.owner_id = {p('owner_id')}",
+            f" AND e.session_id = {p('session_id')}",
+            f" AND {dialect.within('e.role', p('roles', 'text[]'))}",
+        )
+        self.text_matches = text_matches
+        self.text_order = text_order
+        self.events_by_row = (
+            f"SELECT e.{key}, {columns(EVENT_FIELDS, 'e.')} FROM {rows}"
+            f" JOIN events e ON e.{key} = wanted.value"
+        )
+        self.shortlisted_vectors = (
+            f"SELECT e.{key}, e.embedding FROM {rows} JOIN events e ON e.{key} = wanted.value"
+            f" ORDER BY e.{key}"
+        )
+        self.vector_candidates = (
+            f"SELECT e.{key}, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
+            " WHERE e.type = 'MESSAGE' AND e.embedding IS NOT NULL"
+            f" AND length(e.embedding) = {p('width')}"
+        )
+        self.by_model = f" AND e.embedding_model = {p('model')}"
+        self.by_row = f" ORDER BY e.{key}"
 
 
 def roles_json(roles: Sequence[Role] | None) -> str | None:
@@ -98,6 +123,31 @@ def hits(s: SearchStatements, ranked: list[tuple[int, float]]) -> Steps[list[Sea
         for row_id, score in ranked
         if isinstance(message := messages.get(row_id), Message)
     ]
+
+
+def vector_search(
+    s: SearchStatements,
+    vector: Sequence[float],
+    metric: Metric,
+    model: str | None,
+    k: int,
+    scope: tuple[str | None, str | None, Sequence[Role] | None],
+    shortlisted: Rowids | None,
+) -> Steps[list[SearchHit]]:
+    """The k best messages in ``scope`` (owner, session, roles): the ``shortlisted``
+    rows (a `convostore.backends.sql.vector_cache.VectorCache`'s) ranked exactly, or,
+    without a shortlist, every vector in scope of the query's width (and ``model``)."""
+    if shortlisted is None:
+        base = s.vector_candidates + ("" if model is None else s.by_model)
+        statement = scoped(s, base, *scope) + s.by_row
+        parameters = {"width": 4 * len(vector), "model": model, **scope_parameters(*scope)}
+        rows = yield Query(statement, parameters, "all")
+    elif not shortlisted.shape[0]:
+        return []
+    else:
+        rowids = json.dumps(shortlisted.tolist())
+        rows = yield Query(s.shortlisted_vectors, {"rowids": rowids}, "all")
+    return (yield from ranked(s, vector, metric, k, rows))
 
 
 def ranked(

@@ -13,19 +13,12 @@ database as it sees it instead.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from convostore.backends.sql.embeddings import Embeddings
-from convostore.backends.sql.search import (
-    SearchStatements,
-    ranked,
-    scope_parameters,
-    scoped,
-    text_search,
-)
+from convostore.backends.sql.search import SearchStatements, text_search, vector_search
 from convostore.backends.sql.steps import drive
 from convostore.backends.sql.vector_cache import VectorCache
 from convostore.backends.sqlite import statements as sql
@@ -42,6 +35,7 @@ __all__ = [
     "read_text_search",
     "read_vector_index",
     "read_vector_search",
+    "scan",
     "write_embeddings",
     "write_vector_index",
 ]
@@ -50,36 +44,15 @@ Connection = sqlite3.Connection
 
 EMBEDDINGS: Final = Embeddings(sql.DIALECT, f"NOT {BLANK_FUNCTION}(content)", vector=vector_blob)
 
-_VECTOR_CANDIDATES = (
-    "SELECT e.rowid, e.embedding FROM events e JOIN sessions s ON s.id = e.session_id"
-    " WHERE e.type = 'MESSAGE' AND e.embedding IS NOT NULL"
-    " AND length(e.embedding) = :width"
-)
-_BY_MODEL = " AND e.embedding_model = :model"
-_BY_ROWID = " ORDER BY e.rowid"
-
-# The vectors of the shortlisted rows, in rowid order, for the exact ranking.
-SHORTLISTED_VECTORS: Final = (
-    "SELECT rowid, embedding FROM events WHERE rowid IN (SELECT value FROM json_each(:rowids))"
-    " ORDER BY rowid"
-)
 SEARCH: Final = SearchStatements(
-    scope=(
-        " AND s.owner_id = :owner_id",
-        " AND e.session_id = :session_id",
-        " AND e.role IN (SELECT value FROM json_each(:roles))",
-    ),
+    sql.DIALECT,
+    "rowid",
     text_matches=(
         "SELECT e.rowid, -bm25(events_fts) AS score FROM events_fts"
         " JOIN events e ON e.rowid = events_fts.rowid JOIN sessions s ON s.id = e.session_id"
         " WHERE events_fts MATCH :query"
     ),
     text_order=" ORDER BY score DESC, e.id LIMIT :k",
-    events_by_row=(
-        f"SELECT e.rowid, {sql.EVENT_COLUMNS} FROM events e"
-        " WHERE e.rowid IN (SELECT value FROM json_each(:rowids))"
-    ),
-    reader=sql.DIALECT.rows,
 )
 
 
@@ -118,37 +91,25 @@ def read_vector_search(
     session_id: str | None,
     roles: tuple[Role, ...] | None,
 ) -> list[SearchHit]:
-    """The search, in a read snapshot: the rows ``cache`` shortlists, ranked exactly."""
+    """The search, in a read snapshot: the rows ``cache`` shortlists, ranked exactly;
+    the rows in scope scanned where the snapshot is older than the cache."""
+    scope = owner_id, session_id, roles
     shortlisted = cache.shortlisted(
-        feed(connection), (model, len(vector)), vector, metric, k, owner_id, session_id, roles
+        feed(connection), (model, len(vector)), vector, metric, k, *scope
     )
-    if shortlisted is None:
-        return _scan(connection, vector, metric, model, k, owner_id, session_id, roles)
-    if not shortlisted.shape[0]:
-        return []
-    rows = connection.execute(
-        SHORTLISTED_VECTORS, {"rowids": json.dumps(shortlisted.tolist())}
-    ).fetchall()
-    return drive(connection, ranked(SEARCH, vector, metric, k, rows))
+    return drive(connection, vector_search(SEARCH, vector, metric, model, k, scope, shortlisted))
 
 
-def _scan(
+def scan(
     connection: Connection,
     vector: tuple[float, ...],
     metric: Metric,
     model: str | None,
     k: int,
-    owner_id: str | None,
-    session_id: str | None,
-    roles: tuple[Role, ...] | None,
+    *scope: Any,
 ) -> list[SearchHit]:
-    """The search without the cache: every candidate vector read from the database."""
-    base = _VECTOR_CANDIDATES + ("" if model is None else _BY_MODEL)
-    statement = scoped(SEARCH, base, owner_id, session_id, roles) + _BY_ROWID
-    parameters = {"width": 4 * len(vector), "model": model}
-    parameters.update(scope_parameters(owner_id, session_id, roles))
-    rows = connection.execute(statement, parameters).fetchall()
-    return drive(connection, ranked(SEARCH, vector, metric, k, rows))
+    """The search without the cache: every vector in scope read from the database."""
+    return drive(connection, vector_search(SEARCH, vector, metric, model, k, scope, None))
 
 
 def read_text_search(
