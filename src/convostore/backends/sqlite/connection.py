@@ -15,6 +15,7 @@ __all__ = [
     "CACHED_STATEMENTS",
     "CONTAINS_FUNCTION",
     "MAX_GROUP",
+    "NO_BUSY_WAIT",
     "TOKENS_FUNCTION",
     "RollbackAndReturn",
     "WriteLockBusy",
@@ -137,25 +138,19 @@ class WriteLockBusy(Exception):
 
 
 def inline_write(
-    connection: sqlite3.Connection,
-    restore_wait: str,
-    fn: Callable[[sqlite3.Connection, *Ts], T],
-    args: tuple[*Ts],
+    connection: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]
 ) -> T:
-    """`in_write_transaction`, except that it never waits for the write lock: if another
-    connection (another process) holds it, `WriteLockBusy` is raised with nothing done,
-    so the caller can hand the write to a thread that may wait. ``restore_wait`` gives
-    the connection back its busy timeout once the lock is taken (or not); from then on,
-    nothing in a WAL transaction waits on another connection."""
-    connection.execute(NO_BUSY_WAIT)
+    """`in_write_transaction` on a connection whose busy timeout is 0 (`NO_BUSY_WAIT`): it
+    never waits for the write lock. If another connection (another process) holds it,
+    `WriteLockBusy` is raised with nothing done, so the caller can hand the write to a
+    thread that may wait. Once the lock is taken, nothing in a WAL transaction waits on
+    another connection."""
     try:
         connection.execute(BEGIN_IMMEDIATE)
     except sqlite3.OperationalError as error:
         if getattr(error, "sqlite_errorcode", 0) & 0xFF in _LOCK_HELD:
             raise WriteLockBusy from error
         raise
-    finally:
-        connection.execute(restore_wait)
     return _commit_begun(connection, fn, args)
 
 

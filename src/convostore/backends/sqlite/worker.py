@@ -37,6 +37,7 @@ from typing import Any, Final, Protocol, TypeVar, TypeVarTuple
 
 from convostore.backends.sqlite.connection import (
     MAX_GROUP,
+    NO_BUSY_WAIT,
     Outcome,
     WriteLockBusy,
     in_group_transaction,
@@ -198,7 +199,7 @@ class ConnectionWorker:
             if connection is None:  # Closed meanwhile: the thread says so.
                 return False, None
             try:
-                result = inline_write(connection, self._restore_wait, fn, args)
+                result = inline_write(connection, fn, args)
             except WriteLockBusy:
                 return False, None
         finally:
@@ -265,8 +266,11 @@ class ConnectionWorker:
         try:
             connection = self._open_connection()
             if self._inline:
+                # At rest the connection never waits for a lock, as an inline write
+                # must not; the thread gives it its busy timeout back for each job.
                 (busy_timeout,) = connection.execute("PRAGMA busy_timeout").fetchone()
                 self._restore_wait = f"PRAGMA busy_timeout = {int(busy_timeout)}"
+                connection.execute(NO_BUSY_WAIT)
                 self._connection = connection
         except Exception as error:
             _reply(loop, _fail, opened, error)
@@ -282,7 +286,14 @@ class ConnectionWorker:
             job = jobs.get() if held is None else held
             held = None
             with lock:
-                held = self._serve_one(connection, job)
+                if self._inline and job[2] is not None:
+                    connection.execute(self._restore_wait)
+                    try:
+                        held = self._serve_one(connection, job)
+                    finally:
+                        connection.execute(NO_BUSY_WAIT)
+                else:
+                    held = self._serve_one(connection, job)
             if job[2] is None:
                 return
 
