@@ -73,6 +73,7 @@ async def test_every_operation_is_one_thread_hop(
 ) -> None:
     hops: list[str] = []
     original_submit = ConnectionWorker._submit
+    original_inline = ConnectionWorker._write_inline
 
     async def counting_submit(
         worker: ConnectionWorker, fn: Any, args: tuple[Any, ...], write: bool
@@ -80,8 +81,16 @@ async def test_every_operation_is_one_thread_hop(
         hops.append(getattr(fn, "__name__", repr(fn)))
         return await original_submit(worker, fn, args, write)
 
-    # Reads (`run`) and writes (`transact`) both go through `_submit`.
+    def counting_inline(worker: ConnectionWorker, fn: Any, args: tuple[Any, ...]) -> Any:
+        ran, result = original_inline(worker, fn, args)
+        if ran:
+            hops.append(f"inline {getattr(fn, '__name__', repr(fn))}")
+        return ran, result
+
+    # Reads (`run`) and writes (`transact`) go through `_submit`, or a small write runs
+    # inline: either is one trip to the database.
     monkeypatch.setattr(ConnectionWorker, "_submit", counting_submit)
+    monkeypatch.setattr(ConnectionWorker, "_write_inline", counting_inline)
 
     async def hops_of(call: Awaitable[Any]) -> int:
         hops.clear()

@@ -52,6 +52,7 @@ from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.model import (
     Event,
+    Message,
     Role,
     SearchHit,
     Session,
@@ -100,7 +101,8 @@ class SQLiteBackend(SQLBackend):
             where,
             functools.partial(open_connection, target, reader=False),
             threads=1,
-            after_commit=self._text_indexer.after_commit,
+            after_commit=self._text_indexer,
+            inline=True,
         )
         self._vector_cache = VectorCache()
         self._event_cache = EventCache()
@@ -178,10 +180,11 @@ class SQLiteBackend(SQLBackend):
         self._vector_cache.clear()
         self._event_cache.clear()
 
-    async def _write(self, fn: Callable[[Any, *Ts], T], *args: *Ts) -> T:
+    async def _write(self, fn: Callable[[Any, *Ts], T], *args: *Ts, small: bool = False) -> T:
         """``fn`` on the writer thread as one transaction, answered once durable; writes
-        queued at the same time share the transaction and its fsync (group commit)."""
-        return await self._writer.transact(fn, *args)
+        queued at the same time share the transaction and its fsync (group commit). A
+        ``small`` write (bounded: a few rows) may run inline (see `worker`)."""
+        return await self._writer.transact(fn, *args, small=small)
 
     async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
         return await self._readers.run(read_all, statement, parameters)
@@ -190,24 +193,27 @@ class SQLiteBackend(SQLBackend):
         return await self._write(write_changed, statement, parameters)
 
     async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
-        row: Sequence[Any] | None = await self._write(write_returning, statement, parameters)
+        # One session's row (`SQLBackend._returning`).
+        row: Sequence[Any] | None = await self._write(
+            write_returning, statement, parameters, small=True
+        )
         return row
 
     # ---------------------------------------------------------------- users
 
     async def put_user(self, user: User) -> None:
-        await self._write(write_put_user, user)
+        await self._write(write_put_user, user, small=True)
 
     # ---------------------------------------------------------------- sessions
 
     async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
-        return await self._write(write_insert_session, new, if_absent)
+        return await self._write(write_insert_session, new, if_absent, small=True)
 
     async def find_or_insert_part(self, new: NewSession) -> Session:
-        return await self._write(write_find_or_insert_part, new)
+        return await self._write(write_find_or_insert_part, new, small=True)
 
     async def update_session(self, changes: SessionChanges) -> Session:
-        return await self._write(write_update_session, changes)
+        return await self._write(write_update_session, changes, small=True)
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         return await self._write(write_indexed_keys, keys)
@@ -219,7 +225,7 @@ class SQLiteBackend(SQLBackend):
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
         self._text_indexer.count(sum(1 for p in append.events if p.message_json is not None))
-        return await self._write(write_append, append)
+        return await self._write(write_append, append, small=_is_small(append))
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         cache = self._event_cache
@@ -272,6 +278,27 @@ class SQLiteBackend(SQLBackend):
             read_text_search,
             (query.terms, query.k, scope.owner_id, scope.session_id, scope.roles),
         )
+
+
+# An append written inline at most (see `worker`): a few events, a few pages of text.
+INLINE_EVENTS: Final = 8
+INLINE_CHARACTERS: Final = 32_768
+
+
+def _is_small(append: PreparedAppend) -> bool:
+    if len(append.events) > INLINE_EVENTS:
+        return False
+    size = 0
+    for prepared in append.events:
+        size += len(prepared.metadata_json) + len(prepared.payload_json or "")
+        parts = prepared.message_json
+        event = prepared.event
+        if parts is not None and isinstance(event, Message):
+            size += len(event.content or "") + len(event.narration or "")
+            size += len(parts.tool_calls) + len(parts.attachments) + len(parts.data)
+            size += len(parts.assets) + len(parts.recipient_ids)
+            size += 4 * len(event.embedding or ())
+    return size <= INLINE_CHARACTERS
 
 
 def _require_directory(path: str) -> None:

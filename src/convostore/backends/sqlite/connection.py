@@ -15,11 +15,14 @@ __all__ = [
     "CACHED_STATEMENTS",
     "CONTAINS_FUNCTION",
     "MAX_GROUP",
+    "NO_BUSY_WAIT",
     "TOKENS_FUNCTION",
     "RollbackAndReturn",
+    "WriteLockBusy",
     "in_group_transaction",
     "in_read_snapshot",
     "in_write_transaction",
+    "inline_write",
     "open_connection",
 ]
 
@@ -44,6 +47,8 @@ ROLLBACK_TO: Final = "ROLLBACK TO convostore_write"
 # server's conversations, few enough that the first of them is not kept waiting long.
 MAX_GROUP: Final = 128
 FOREIGN_KEYS_ON: Final = "PRAGMA foreign_keys = ON"
+NO_BUSY_WAIT: Final = "PRAGMA busy_timeout = 0"
+_LOCK_HELD: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 QUERY_ONLY: Final = "PRAGMA query_only = ON"
 SYNCHRONOUS: Final = {
     "FULL": "PRAGMA synchronous = FULL",
@@ -78,6 +83,9 @@ def open_connection(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection
         timeout=target.busy_timeout_ms / 1000,
         isolation_level=None,
         cached_statements=CACHED_STATEMENTS,
+        # The writer's connection is also used, under its worker's lock, by the thread
+        # that writes inline (`inline_write`); a reader's stays on its own thread.
+        check_same_thread=reader,
     )
     try:
         connection.create_function(CONTAINS_FUNCTION, 2, contains, deterministic=True)
@@ -107,6 +115,12 @@ def in_write_transaction(
     """``fn`` inside BEGIN IMMEDIATE ... COMMIT: the write lock is taken first, so what
     ``fn`` reads stays true until it commits. Any error rolls all of it back."""
     connection.execute(BEGIN_IMMEDIATE)
+    return _commit_begun(connection, fn, args)
+
+
+def _commit_begun(
+    connection: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]
+) -> T:
     try:
         result = fn(connection, *args)
         connection.execute(COMMIT)
@@ -117,6 +131,27 @@ def in_write_transaction(
         _rollback_quietly(connection)
         raise
     return result
+
+
+class WriteLockBusy(Exception):
+    """`inline_write` found the write lock held by another connection: nothing ran."""
+
+
+def inline_write(
+    connection: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]
+) -> T:
+    """`in_write_transaction` on a connection whose busy timeout is 0 (`NO_BUSY_WAIT`): it
+    never waits for the write lock. If another connection (another process) holds it,
+    `WriteLockBusy` is raised with nothing done, so the caller can hand the write to a
+    thread that may wait. Once the lock is taken, nothing in a WAL transaction waits on
+    another connection."""
+    try:
+        connection.execute(BEGIN_IMMEDIATE)
+    except sqlite3.OperationalError as error:
+        if getattr(error, "sqlite_errorcode", 0) & 0xFF in _LOCK_HELD:
+            raise WriteLockBusy from error
+        raise
+    return _commit_begun(connection, fn, args)
 
 
 # A write of a group, and what came of it: (fn, args) in; (True, result) or (False, error)

@@ -60,8 +60,12 @@ class TextIndexer:
     def count(self, messages: int) -> None:
         self.waiting += messages
 
-    def after_commit(self, connection: sqlite3.Connection) -> None:
-        if self.waiting < BATCH:
+    def due(self) -> bool:
+        return self.waiting >= BATCH
+
+    def __call__(self, connection: sqlite3.Connection) -> None:
+        """Index the waiting messages, after a commit on the writer's thread."""
+        if not self.due():
             return
         self.waiting = 0
         try:

@@ -9,18 +9,40 @@ back through the event loop, whatever the function does.
 writes queued together share one transaction and one fsync (group commit, see
 `connection.in_group_transaction`), and each caller hears back only once the group's
 commit is durable.
+
+A writer (one thread) may also write inline: a small write (its caller says so) that
+finds nothing else queued or running, and no other task about to write, runs on the
+caller's own thread under the
+connection's lock, which saves the two thread hops that cost more than the write's
+statements. It blocks the caller's event loop while it runs, so it is done only while inline
+writes take under `INLINE_LIMIT_S` on average (fsync included): once they take longer,
+the next writes go through the thread again (`INLINE_PAUSE` of them, doubling while the
+probes stay slow). A write whose lock another process holds goes through the thread,
+which may wait for it; and the WAL is checkpointed on the thread every
+`INLINE_CHECKPOINT_EVERY` inline writes, so that the checkpoint SQLite would otherwise
+run at the end of some commit does not stall the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any, Final, Protocol, TypeVar, TypeVarTuple
 
-from convostore.backends.sqlite.connection import MAX_GROUP, Outcome, in_group_transaction
+from convostore.backends.sqlite.connection import (
+    MAX_GROUP,
+    NO_BUSY_WAIT,
+    Outcome,
+    WriteLockBusy,
+    in_group_transaction,
+    inline_write,
+)
 from convostore.errors import (
     BackendUnavailableError,
     InvalidArgumentError,
@@ -28,14 +50,39 @@ from convostore.errors import (
     StoreError,
 )
 
-__all__ = ["ConnectionWorker", "translate_error"]
+__all__ = ["INLINE_LIMIT_S", "INLINE_PAUSE", "AfterCommit", "ConnectionWorker", "translate_error"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
+_log = logging.getLogger(__name__)
+
+# The longest inline writes may take on average (a moving average over about the last
+# 16, fsync included) before writes go through the thread again; and how many go
+# through it before the next inline probe (doubled after each slow probe, up to
+# `_INLINE_PAUSE_MAX`).
+INLINE_LIMIT_S: Final = 0.001
+INLINE_PAUSE: Final = 64
+_INLINE_PAUSE_MAX: Final = 8192
+_AVERAGE_WEIGHT: Final = 1 / 16
+# Inline writes between two checkpoints on the thread: with a few pages a write, under
+# the 1,000 pages at which SQLite would checkpoint at the end of a commit.
+INLINE_CHECKPOINT_EVERY: Final = 128
+CHECKPOINT: Final = "PRAGMA wal_checkpoint(PASSIVE)"
+
+
+class AfterCommit(Protocol):
+    """Work a writer does on its thread after a commit, when `due` says so (it must not
+    raise)."""
+
+    def due(self) -> bool: ...
+
+    def __call__(self, connection: sqlite3.Connection) -> None: ...
+
+
 # (the future to settle, its loop, the function, its arguments, whether it is a write
 # that may share a transaction); no function means stop, and a stop with no future is
-# one nobody waits for.
+# one nobody waits for; a function with no future is run and its outcome dropped.
 _Job = tuple[
     "asyncio.Future[Any] | None",
     "asyncio.AbstractEventLoop | None",
@@ -51,7 +98,9 @@ class ConnectionWorker:
     The threads share one queue, so an idle thread takes the next job. A function runs
     as ``fn(connection, *args)``; what it raises reaches the caller of `run`, with
     sqlite3 errors translated to convostore's. ``after_commit``, if given, runs on the
-    thread after each group of writes is committed and answered (it must not raise).
+    thread after each group of writes is committed and answered, and after an inline
+    write, when it is due. With ``inline`` (one thread only), `transact` may write on
+    the caller's thread (see the module's notes).
     """
 
     def __init__(
@@ -60,8 +109,12 @@ class ConnectionWorker:
         where: str,
         open_connection: Callable[[], sqlite3.Connection],
         threads: int,
-        after_commit: Callable[[sqlite3.Connection], None] | None = None,
+        after_commit: AfterCommit | None = None,
+        *,
+        inline: bool = False,
     ) -> None:
+        if inline and threads != 1:
+            raise ValueError("only a worker of one thread can write inline")
         self.name = name
         self._after_commit = after_commit
         self.where = where
@@ -71,6 +124,18 @@ class ConnectionWorker:
         self._threads: list[threading.Thread] = []
         self._running = 0
         self._accepting = False
+        # Inline writes: the connection (while open) and the lock every use of it holds,
+        # the statement that gives it back its busy timeout, and the pacing.
+        self._inline = inline
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._restore_wait = ""
+        self._arrivals = 0
+        self._skip_inline = 0
+        self._pause = INLINE_PAUSE
+        self._average_s = 0.0
+        self._since_checkpoint = 0
+        self.inline_writes = 0
 
     async def start(self) -> None:
         """Start the threads, each opening its connection; raise if any cannot."""
@@ -100,10 +165,68 @@ class ConnectionWorker:
         """``fn(connection, *args)`` on one of the threads."""
         return await self._submit(fn, args, False)
 
-    async def transact(self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts) -> T:
+    async def transact(
+        self, fn: Callable[[sqlite3.Connection, *Ts], T], *args: *Ts, small: bool = False
+    ) -> T:
         """``fn(connection, *args)`` as one transaction, all of it or none, answered once
-        it is committed and durable; writes queued at the same time commit together."""
+        it is committed and durable; writes queued at the same time commit together. A
+        ``small`` write (a bounded one: a few rows, no scan) may run inline."""
+        if small and self._inline and self._accepting:
+            if self._skip_inline:
+                self._skip_inline -= 1
+            elif self._jobs.empty():
+                arrival = self._arrivals = self._arrivals + 1
+                # The tasks ready to run go first: a write one of them starts now goes
+                # through the thread with this one, in one group.
+                await asyncio.sleep(0)
+                if self._arrivals == arrival:
+                    try:
+                        ran, result = self._write_inline(fn, args)
+                    except (sqlite3.Error, UnicodeEncodeError) as error:
+                        raise _store_error(error, self.where) from error
+                    if ran:
+                        return result  # type: ignore[no-any-return]
         return await self._submit(fn, args, True)
+
+    def _write_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+        """(True, what ``fn`` answered) if it ran here, as one durable transaction;
+        (False, None), with nothing done, if the thread or another process is writing."""
+        if not self._jobs.empty() or not self._lock.acquire(blocking=False):
+            return False, None
+        started = time.perf_counter()
+        try:
+            connection = self._connection
+            if connection is None:  # Closed meanwhile: the thread says so.
+                return False, None
+            try:
+                result = inline_write(connection, fn, args)
+            except WriteLockBusy:
+                return False, None
+        finally:
+            self._lock.release()
+            self._pace(time.perf_counter() - started)
+        self.inline_writes += 1
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= INLINE_CHECKPOINT_EVERY:
+            self._since_checkpoint = 0
+            self._jobs.put((None, None, _checkpoint, (), False))
+        after_commit = self._after_commit
+        if after_commit is not None and after_commit.due():
+            self._jobs.put((None, None, after_commit, (), False))
+        return True, result
+
+    def _pace(self, elapsed: float) -> None:
+        if self._skip_inline == 0 and self._average_s == 0.0:
+            self._average_s = elapsed  # The first inline write, or the first after a pause.
+        else:
+            self._average_s += (elapsed - self._average_s) * _AVERAGE_WEIGHT
+        if self._average_s <= INLINE_LIMIT_S:
+            self._pause = INLINE_PAUSE
+            return
+        self._skip_inline = self._pause
+        self._pause = min(2 * self._pause, _INLINE_PAUSE_MAX)
+        # The next probe is judged on its own time.
+        self._average_s = 0.0
 
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         if not self._accepting:
@@ -113,11 +236,8 @@ class ConnectionWorker:
         self._jobs.put((future, loop, fn, args, write))
         try:
             return await future
-        except sqlite3.Error as error:
-            raise translate_error(error, self.where) from error
-        except UnicodeEncodeError as error:
-            # sqlite3 cannot bind a string holding a lone surrogate.
-            raise InvalidArgumentError(f"text that is not valid Unicode: {error}") from error
+        except (sqlite3.Error, UnicodeEncodeError) as error:
+            raise _store_error(error, self.where) from error
 
     async def stop(self) -> None:
         """Finish the jobs queued so far, close each connection in its own thread, end
@@ -145,52 +265,89 @@ class ConnectionWorker:
     def _serve(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[None]) -> None:
         try:
             connection = self._open_connection()
+            if self._inline:
+                # At rest the connection never waits for a lock, as an inline write
+                # must not; the thread gives it its busy timeout back for each job.
+                (busy_timeout,) = connection.execute("PRAGMA busy_timeout").fetchone()
+                self._restore_wait = f"PRAGMA busy_timeout = {int(busy_timeout)}"
+                connection.execute(NO_BUSY_WAIT)
+                self._connection = connection
         except Exception as error:
             _reply(loop, _fail, opened, error)
             return
         _reply(loop, _succeed, opened, None)
+        # Only an inline writer shares its connection with other threads.
+        lock: contextlib.AbstractContextManager[Any] = (
+            self._lock if self._inline else contextlib.nullcontext()
+        )
         jobs = self._jobs
         held: _Job | None = None
         while True:
             job = jobs.get() if held is None else held
             held = None
-            future, job_loop, fn, args, write = job
-            if fn is None:
-                try:
-                    connection.close()
-                finally:
-                    if future is not None and job_loop is not None:
-                        _reply(job_loop, _succeed, future, None)
-                return
-            if write:
-                group = [job]
-                # Only what is queued already: a lone write never waits for company.
-                while len(group) < MAX_GROUP:
+            with lock:
+                if self._inline and job[2] is not None:
+                    connection.execute(self._restore_wait)
                     try:
-                        queued = jobs.get_nowait()
-                    except Empty:
-                        break
-                    if queued[4] and queued[2] is not None:
-                        group.append(queued)
-                    else:
-                        held = queued  # runs next, after the group, as it was queued
-                        break
-                _commit_group(connection, group)
-                if self._after_commit is not None:
-                    self._after_commit(connection)
-                continue
-            assert future is not None
-            assert job_loop is not None
-            # Read across threads without a lock: at worst a job cancelled at this very
-            # moment still runs, and _succeed drops its result.
-            if future.cancelled():
-                continue
+                        held = self._serve_one(connection, job)
+                    finally:
+                        connection.execute(NO_BUSY_WAIT)
+                else:
+                    held = self._serve_one(connection, job)
+            if job[2] is None:
+                return
+
+    def _serve_one(self, connection: sqlite3.Connection, job: _Job) -> _Job | None:
+        """Run ``job``, with the writes queued behind it if it is a write; the job taken
+        from the queue meanwhile that must run next, if any."""
+        future, job_loop, fn, args, write = job
+        if fn is None:
+            self._connection = None
             try:
-                result = fn(connection, *args)
-            except Exception as error:
-                _reply(job_loop, _fail, future, error)
-            else:
-                _reply(job_loop, _succeed, future, result)
+                connection.close()
+            finally:
+                if future is not None and job_loop is not None:
+                    _reply(job_loop, _succeed, future, None)
+            return None
+        if future is None or job_loop is None:
+            try:
+                fn(connection, *args)
+            except Exception:
+                _log.exception("%s: work after a commit failed", self.where)
+            return None
+        if write:
+            group, held = [job], None
+            # Only what is queued already: a lone write never waits for company.
+            while len(group) < MAX_GROUP:
+                try:
+                    queued = self._jobs.get_nowait()
+                except Empty:
+                    break
+                if queued[4] and queued[2] is not None:
+                    group.append(queued)
+                else:
+                    held = queued  # runs next, after the group, as it was queued
+                    break
+            _commit_group(connection, group)
+            after_commit = self._after_commit
+            if after_commit is not None and after_commit.due():
+                after_commit(connection)
+            return held
+        # Read across threads without a lock: at worst a job cancelled at this very
+        # moment still runs, and _succeed drops its result.
+        if future.cancelled():
+            return None
+        try:
+            result = fn(connection, *args)
+        except Exception as error:
+            _reply(job_loop, _fail, future, error)
+        else:
+            _reply(job_loop, _succeed, future, result)
+        return None
+
+
+def _checkpoint(connection: sqlite3.Connection) -> None:
+    connection.execute(CHECKPOINT).fetchall()
 
 
 def _commit_group(connection: sqlite3.Connection, group: list[_Job]) -> None:
@@ -262,6 +419,13 @@ _UNAVAILABLE_CODES = frozenset(
         sqlite3.SQLITE_NOTADB,
     }
 )
+
+
+def _store_error(error: sqlite3.Error | UnicodeEncodeError, where: str) -> StoreError:
+    if isinstance(error, UnicodeEncodeError):
+        # sqlite3 cannot bind a string holding a lone surrogate.
+        return InvalidArgumentError(f"text that is not valid Unicode: {error}")
+    return translate_error(error, where)
 
 
 def translate_error(error: sqlite3.Error, where: str) -> StoreError:

@@ -1,0 +1,172 @@
+"""SQLite's inline writes: a small write with nothing else in flight runs on the caller's
+thread, durable before it is answered; a large one, one that meets another process's
+write lock and writes started together go through the writer thread (the last in one
+group); the pacing stops inline writes while they are slow; and the WAL is checkpointed
+on the writer thread, not in an inline commit."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import convostore
+from convostore import EventWrite, MessageWrite, Role, Store
+from convostore.backends.sqlite import worker as worker_module
+from convostore.backends.sqlite.connection import Outcome, Write, in_group_transaction
+from convostore.backends.sqlite.worker import INLINE_LIMIT_S, INLINE_PAUSE, ConnectionWorker
+from tests.backends.sqlite.support import ADA, db_url, raw_rows, sqlite_of
+
+
+@pytest.fixture(autouse=True)
+def never_slow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about where writes run, not about timing: however slow the
+    machine, no write is too slow to run inline (the pacing has its own test)."""
+    monkeypatch.setattr(worker_module, "INLINE_LIMIT_S", 3600.0)
+
+
+def inline_writes(store: Store) -> int:
+    return sqlite_of(store)._writer.inline_writes
+
+
+async def test_small_writes_run_inline_and_large_ones_on_the_thread(
+    store: Store, db_path: Path
+) -> None:
+    session = await store.create_session(ADA)
+    before = inline_writes(store)
+    for n in range(10):
+        await store.add_message(session.id, MessageWrite(Role.USER, f"m{n}", author="ada"))
+    assert inline_writes(store) == before + 10
+    # Committed when answered: another connection sees every one.
+    assert raw_rows(db_path, "SELECT count(*) FROM events")[0][0] == 10
+
+    many = [EventWrite("APP.X", {"n": n}) for n in range(9)]
+    await store.append_events(session.id, many, expected_version=10)
+    long_text = MessageWrite(Role.USER, "word " * 10_000, author="ada")
+    await store.add_message(session.id, long_text)
+    assert inline_writes(store) == before + 10
+    assert raw_rows(db_path, "SELECT count(*) FROM events")[0][0] == 20
+
+
+async def test_a_write_waits_on_the_thread_while_another_process_holds_the_lock(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await convostore.connect(db_url(db_path, "busy_timeout=20000")) as store:
+        await lock_held_elsewhere(store, db_path, monkeypatch)
+
+
+async def lock_held_elsewhere(store: Store, db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = await store.create_session(ADA)
+    handed_to_thread = asyncio.Event()
+    original_submit = ConnectionWorker._submit
+
+    async def noting_submit(
+        worker: ConnectionWorker, fn: Any, args: tuple[Any, ...], write: bool
+    ) -> Any:
+        handed_to_thread.set()
+        return await original_submit(worker, fn, args, write)
+
+    monkeypatch.setattr(ConnectionWorker, "_submit", noting_submit)
+    other = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        before = inline_writes(store)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        append = asyncio.ensure_future(
+            store.add_message(session.id, MessageWrite(Role.USER, "after the lock"))
+        )
+        await handed_to_thread.wait()
+        # An inline write that waited for the lock would hold up the event loop, and so
+        # this very task, which is what lets the lock go, for the whole busy timeout.
+        assert loop.time() - started < 10
+        assert not append.done()
+        other.execute("COMMIT")
+        stored = await append
+    finally:
+        other.close()
+    assert inline_writes(store) == before
+    assert [m.id for m in await store.messages(session.id)] == [stored.id]
+
+
+async def test_writes_started_together_commit_in_groups(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sessions = [await store.create_session(ADA) for _ in range(4)]
+    groups: list[int] = []
+
+    def recording(connection: sqlite3.Connection, writes: list[Write]) -> list[Outcome]:
+        groups.append(len(writes))
+        return in_group_transaction(connection, writes)
+
+    monkeypatch.setattr(worker_module, "in_group_transaction", recording)
+    before = inline_writes(store)
+    count = 40
+    await asyncio.gather(
+        *(
+            store.add_message(sessions[n % 4].id, MessageWrite(Role.USER, f"m{n}"))
+            for n in range(count)
+        )
+    )
+    inline = inline_writes(store) - before
+    # Each write yields once before it decides; only the last to arrive may find the
+    # writer idle, and none runs inline in front of the others.
+    assert inline <= 1
+    assert sum(groups) + inline == count
+    assert len(groups) <= count // 2, groups
+    for session in sessions:
+        assert len(await store.messages(session.id)) == count // 4
+
+
+async def test_the_wal_is_checkpointed_on_the_writer_thread(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_module, "INLINE_CHECKPOINT_EVERY", 4)
+    threads: list[str] = []
+    original = worker_module._checkpoint
+
+    def recording(connection: sqlite3.Connection) -> None:
+        threads.append(threading.current_thread().name)
+        original(connection)
+
+    monkeypatch.setattr(worker_module, "_checkpoint", recording)
+    session = await store.create_session(ADA)
+    # A write that finds a checkpoint queued or running goes through the thread and is
+    # not counted; at least every other write is.
+    for n in range(40):
+        await store.add_message(session.id, MessageWrite(Role.USER, f"m{n}"))
+    # The writer's queue runs in order: a job queued now runs after the checkpoints.
+    await sqlite_of(store)._writer.run(lambda _: None)
+    assert len(threads) >= 2
+    assert all(name.startswith("convostore-sqlite-writer") for name in threads)
+
+
+def test_slow_inline_writes_send_the_next_writes_to_the_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_module, "INLINE_LIMIT_S", INLINE_LIMIT_S)
+    worker = ConnectionWorker("w", "here", lambda: sqlite3.connect(":memory:"), 1, inline=True)
+    fast, slow = INLINE_LIMIT_S / 4, INLINE_LIMIT_S * 3
+    for _ in range(100):
+        worker._pace(fast)
+    # One slow write among fast ones (a checkpoint, say) moves the average a little.
+    worker._pace(slow)
+    assert worker._skip_inline == 0
+    # Writes that stay slow stop inline writes for a while, longer each time the probe
+    # after the pause is slow too, and no longer once one is fast.
+    while worker._skip_inline == 0:
+        worker._pace(slow)
+    assert worker._skip_inline == INLINE_PAUSE
+    worker._skip_inline = 0
+    worker._pace(slow)
+    assert worker._skip_inline == 2 * INLINE_PAUSE
+    worker._skip_inline = 0
+    worker._pace(fast)
+    assert worker._skip_inline == 0
+    while worker._skip_inline == 0:
+        worker._pace(slow)
+    assert worker._skip_inline == INLINE_PAUSE
