@@ -8,25 +8,17 @@ COMMITTED transaction, retried on a deadlock). Each is all of one primitive of
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import replace
+import itertools
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from asyncmy import errors
-
-from convostore._time import to_micros
 from convostore.backends.mysql import statements as sql
-from convostore.backends.mysql.connection import DRIVER, ER_DUP_ENTRY, Connection, error_code
-from convostore.backends.mysql.rows import event_from_row, event_row
-from convostore.backends.sql import decisions
-from convostore.backends.sql.aio import RollbackAndReturn, drive
+from convostore.backends.mysql.connection import DRIVER, Connection
+from convostore.backends.sql import appends
+from convostore.backends.sql.aio import drive
 from convostore.backends.sql.values import json_list
-from convostore.backends.sql.writes import insert_users, require_users
 from convostore.errors import InvalidArgumentError
-from convostore.prepare import (
-    AppendOutcome,
-    PreparedAppend,
-)
+from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = [
     "check_size",
@@ -80,46 +72,9 @@ async def write_delete_expired(connection: Connection, before: int) -> int:
 
 
 async def write_append(connection: Connection, append: PreparedAppend, limit: int) -> AppendOutcome:
-    """The checks in the order `Store._append` gives, under the session's row lock:
-    the version check and the new ``seq`` values cannot race another append."""
-    events = append.events
-    locked = await fetch_one(connection, sql.LOCK_SESSION, (append.session_id,))
-    if locked is None:
-        raise decisions.missing_session(append.session_id)
-    version, last_seq = locked
-    required = append.users_to_insert, append.required_user_ids
-    await drive(DRIVER, connection, require_users(sql.WRITES, *required))
-    if append.expected_version is not None and version != append.expected_version:
-        raise RollbackAndReturn(AppendOutcome(applied=False))
-    await drive(DRIVER, connection, insert_users(sql.WRITES, append.users_to_insert))
-    first_seq = last_seq + 1
-    statement = sql.INSERT_EVENTS + ", ".join(sql.EVENT_ROW for _ in events)
-    parameters = [value for i, p in enumerate(events) for value in event_row(p, first_seq + i)]
-    check_size(parameters, limit, "the append")
-    try:
-        await execute(connection, statement, parameters)
-    except errors.IntegrityError as error:
-        if error_code(error) != ER_DUP_ENTRY:
-            raise
-        ids = json_list(prepared.event.id for prepared in append.events)
-        stored = await fetch_all(connection, sql.EVENTS_WITH_IDS, (ids,))
-        if not stored:
-            raise  # Not an id clash: the driver's error is raised.
-        outcome = decisions.replay_or_conflict(append, list(map(event_from_row, stored)))
-        raise RollbackAndReturn(outcome) from error
-    await execute(
-        connection,
-        sql.ADVANCE_SESSION,
-        (
-            last_seq + len(events),
-            append.new_stamp,
-            None if append.activity_at is None else to_micros(append.activity_at),
-            append.new_message_count,
-            append.started_by,
-            append.session_id,
-        ),
-    )
-    return AppendOutcome(
-        applied=True,
-        events=[replace(p.event, seq=first_seq + i) for i, p in enumerate(events)],
-    )
+    """`convostore.backends.sql.appends.append`, its rows no larger than the server takes."""
+
+    def check(rows: Sequence[Sequence[Any]]) -> None:
+        check_size(itertools.chain.from_iterable(rows), limit, "the append")
+
+    return await drive(DRIVER, connection, appends.append(sql.APPENDS, sql.WRITES, append, check))

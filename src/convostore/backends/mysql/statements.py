@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Final
 
 from convostore._time import to_micros
-from convostore.backends.mysql.rows import new_session_row
+from convostore.backends.mysql.rows import event_row, new_session_row
 from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
+from convostore.backends.sql.appends import AppendStatements
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.reads import LogReads
@@ -174,19 +175,28 @@ KEY_STATEMENTS: Final = KeyStatements(
 
 # ---------------------------------------------------------------------------- the log
 
-LOCK_SESSION: Final = "SELECT version, last_seq FROM sessions WHERE id = %s FOR UPDATE"
+LOCK_SESSION: Final = "SELECT version, last_seq FROM sessions WHERE id = %(session_id)s FOR UPDATE"
 ADVANCE_SESSION: Final = (
-    "UPDATE sessions SET version = version + 1, last_seq = %s, stamp = %s, "
-    "last_activity_at = GREATEST(last_activity_at, coalesce(%s, last_activity_at)), "
-    "message_count = message_count + %s, started_by = coalesce(started_by, %s) "
-    "WHERE id = %s"
+    "UPDATE sessions SET version = version + 1, last_seq = last_seq + %(count)s,"
+    " stamp = %(stamp)s, last_activity_at = GREATEST(last_activity_at,"
+    " coalesce(%(activity_at)s, last_activity_at)), message_count = message_count +"
+    " %(message_count)s, started_by = coalesce(started_by, %(started_by)s)"
+    " WHERE id = %(session_id)s"
 )
 INSERT_EVENTS: Final = f"INSERT INTO events ({columns(EVENT_INSERT_FIELDS)}) VALUES "
 EVENT_ROW: Final = f"({_placeholders(EVENT_INSERT_FIELDS)})"
-EVENTS_WITH_IDS: Final = (
-    f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
-    + DIALECT.strings_table("%s", "wanted")
-    + " JOIN events e ON e.id = wanted.value"
+# The append (`convostore.backends.sql.appends`): under the session's row lock, the
+# version check and the new ``seq`` values cannot race another append.
+APPENDS: Final = AppendStatements(
+    lock_session=LOCK_SESSION,
+    advance=ADVANCE_SESSION,
+    insert_events=lambda count: (INSERT_EVENTS + ", ".join([EVENT_ROW] * count), False),
+    event_row=event_row,
+    events_with_ids=(
+        f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
+        + DIALECT.strings_table("%(ids)s", "wanted")
+        + " JOIN events e ON e.id = wanted.value"
+    ),
 )
 # The reads of the log select each row's ``row_id`` first, the key of the store's
 # `convostore.backends.sql.event_cache.EventCache`. The text filter is literal and
