@@ -66,7 +66,7 @@ async def raw_appends(url: str, count: int) -> float:
             for _ in range(count):
                 now = to_micros(utc_now())
                 await connection.begin()
-                await cursor.execute(sql.LOCK_SESSION, {"session_id": session.id})
+                await cursor.execute(sql.LOCK_SESSION, (session.id,))
                 _, last_seq = await cursor.fetchone()
                 await cursor.execute(sql.MISSING_USERS, ('["ada"]',))
                 await cursor.fetchall()
@@ -76,9 +76,9 @@ async def raw_appends(url: str, count: int) -> float:
                     None, None, None, new_stamp(), folded, tokens,
                 )  # fmt: skip
                 await cursor.execute(insert, row)
-                advance = {"count": 1, "stamp": new_stamp(), "activity_at": now}
-                advance |= {"message_count": 1, "started_by": AUTHOR.id}
-                await cursor.execute(sql.ADVANCE_SESSION, {**advance, "session_id": session.id})
+                await cursor.execute(
+                    sql.ADVANCE_SESSION, (1, new_stamp(), now, 1, AUTHOR.id, session.id)
+                )
                 await connection.commit()
             return count / (time.perf_counter() - started)
     finally:

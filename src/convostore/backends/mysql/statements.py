@@ -175,13 +175,12 @@ KEY_STATEMENTS: Final = KeyStatements(
 
 # ---------------------------------------------------------------------------- the log
 
-LOCK_SESSION: Final = "SELECT version, last_seq FROM sessions WHERE id = %(session_id)s FOR UPDATE"
+LOCK_SESSION: Final = "SELECT version, last_seq FROM sessions WHERE id = %s FOR UPDATE"
 ADVANCE_SESSION: Final = (
-    "UPDATE sessions SET version = version + 1, last_seq = last_seq + %(count)s,"
-    " stamp = %(stamp)s, last_activity_at = GREATEST(last_activity_at,"
-    " coalesce(%(activity_at)s, last_activity_at)), message_count = message_count +"
-    " %(message_count)s, started_by = coalesce(started_by, %(started_by)s)"
-    " WHERE id = %(session_id)s"
+    "UPDATE sessions SET version = version + 1, last_seq = last_seq + %s, stamp = %s, "
+    "last_activity_at = GREATEST(last_activity_at, coalesce(%s, last_activity_at)), "
+    "message_count = message_count + %s, started_by = coalesce(started_by, %s) "
+    "WHERE id = %s"
 )
 INSERT_EVENTS: Final = f"INSERT INTO events ({columns(EVENT_INSERT_FIELDS)}) VALUES "
 EVENT_ROW: Final = f"({_placeholders(EVENT_INSERT_FIELDS)})"
@@ -190,7 +189,7 @@ EVENT_ROW: Final = f"({_placeholders(EVENT_INSERT_FIELDS)})"
 APPENDS: Final = AppendStatements(
     lock_session=LOCK_SESSION,
     advance=ADVANCE_SESSION,
-    insert_events=lambda count: (INSERT_EVENTS + ", ".join([EVENT_ROW] * count), False),
+    insert_events=lambda count: INSERT_EVENTS + ", ".join([EVENT_ROW] * count),
     event_row=event_row,
     events_with_ids=(
         f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "

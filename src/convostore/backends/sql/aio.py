@@ -85,13 +85,9 @@ async def drive(driver: Driver[C], connection: C, steps: Steps[T]) -> T:
             answer = None
         else:
             try:
-                if query.answer == "insert_many":
-                    await driver.execute_many(connection, statement, parameters)
-                    answer = True
-                else:
-                    answer = await driver.execute(connection, statement, parameters)
+                answer = await driver.execute(connection, statement, parameters)
             except Exception as error:
-                if not query.answer.startswith("insert") or not driver.duplicate(error):
+                if query.answer != "insert" or not driver.duplicate(error):
                     raise
                 answer = False
 

@@ -28,11 +28,11 @@ class Query:
     """One statement to run and what to send back: ``one`` its first row (or None),
     ``all`` its rows, ``count`` the rows it changed, ``many`` nothing (``parameters``
     is a list of rows, run once each), ``insert`` whether it inserted (False where a
-    unique key refused the row), ``insert_many`` the same of ``many``."""
+    unique key refused the row)."""
 
     statement: str
     parameters: Any = None
-    answer: Literal["one", "all", "count", "many", "insert", "insert_many"] = "one"
+    answer: Literal["one", "all", "count", "many", "insert"] = "one"
 
 
 Steps = Generator[Query, Any, T]
@@ -51,14 +51,14 @@ def drive(
         except StopIteration as done:
             result: T = done.value
             return result
+        if query.answer == "many":
+            connection.executemany(query.statement, query.parameters)
+            answer = None
+            continue
         try:
-            if query.answer in ("many", "insert_many"):
-                connection.executemany(query.statement, query.parameters)
-                answer = None if query.answer == "many" else True
-                continue
             cursor = connection.execute(query.statement, query.parameters or ())
         except Exception as error:
-            if not query.answer.startswith("insert") or not is_duplicate(error):
+            if query.answer != "insert" or not is_duplicate(error):
                 raise
             answer = False
             continue
