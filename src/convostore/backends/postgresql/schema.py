@@ -186,11 +186,12 @@ KEY_STATEMENTS: Final = KeyStatements(
     # Found in the JSON text, which `decisions.backfill` then reads: PostgreSQL cannot
     # take apart a value holding a NUL (the escape \u0000), which JSON may hold. The rows
     # read are locked against deletion until the backfill commits (so their entries meet
-    # their sessions); a session being deleted meanwhile is skipped rather than waited
-    # for, since its delete waits for the key add's lock on session_metadata.
+    # their sessions). A session being deleted is waited for: its delete took the lock
+    # on session_metadata before its row lock (`statements.DELETES_LOCK_ENTRIES`), so it
+    # committed or rolled back before this key add took its own, and none is in flight.
     sessions_with_key=(
         "SELECT id, metadata FROM sessions"
-        " WHERE strpos(metadata::text, '\"' || %(name)s || '\"') > 0 FOR KEY SHARE SKIP LOCKED"
+        " WHERE strpos(metadata::text, '\"' || %(name)s || '\"') > 0 FOR KEY SHARE"
     ),
     insert_entry=(
         "INSERT INTO session_metadata (name, value, session_id) VALUES (%s, %s, %s)"

@@ -64,6 +64,14 @@ VALUE_DIGEST: Final = "convostore_value_digest"
 # writes in flight to commit, and a later write waits for the key change to commit, then
 # sees the keys it committed. Appends never name session_metadata: they never wait.
 LOCK_INDEXED_KEYS: Final = "LOCK TABLE session_metadata IN SHARE ROW EXCLUSIVE MODE"
+# A session delete names session_metadata the same way (in a CTE that deletes nothing:
+# the cascade deletes the entries), so that it waits for a key change before it locks
+# the session's row, never between that row lock and its cascade. A key change's
+# backfill can then wait for the rows it reads (`schema.KEY_STATEMENTS`) without a
+# deadlock, and a delete that rolls back leaves its session indexed.
+DELETES_LOCK_ENTRIES: Final = (
+    "WITH entries_first AS (DELETE FROM session_metadata WHERE false RETURNING 1) "
+)
 DIALECT: Final = Dialect(
     name="postgresql",
     param=_param,
@@ -80,6 +88,7 @@ DIALECT: Final = Dialect(
     ),
     lock_indexed_keys=LOCK_INDEXED_KEYS,
     in_strings=lambda column, marker: f"{column} = ANY({marker})",
+    deletes_lock_entries=DELETES_LOCK_ENTRIES,
 )
 STATEMENTS: Final = Statements(DIALECT)
 

@@ -57,6 +57,10 @@ class Dialect:
       ``share_indexed_keys`` where write transactions run one at a time anyway
       (SQLite), or where the statement that writes the entries takes a conflicting lock
       itself before its snapshot (PostgreSQL: ROW EXCLUSIVE on ``session_metadata``).
+      ``deletes_lock_entries``: what begins a statement that deletes sessions so that it
+      takes the lock a key change conflicts with before it locks any session row (where
+      the delete's cascade would take it only after), so that a key change's backfill
+      may wait for the row locks it meets (PostgreSQL).
     """
 
     name: str
@@ -81,6 +85,7 @@ class Dialect:
     )
     in_strings: Callable[[str, str], str] | None = None
     integers: Callable[[str, str], str] | None = None
+    deletes_lock_entries: str = ""
 
     def p(self, name: str, sql_type: str | None = None) -> str:
         """Shorthand for ``param``."""

@@ -129,7 +129,8 @@ class Statements:
         self.select_session = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = {p('id')}"
         self.session_exists = f"SELECT count(*) FROM sessions WHERE id = {p('id')}"
         self.session_version = f"SELECT version FROM sessions WHERE id = {p('id')}"
-        self.delete_session = f"DELETE FROM sessions WHERE id = {p('id')}"
+        deletes = dialect.deletes_lock_entries
+        self.delete_session = f"{deletes}DELETE FROM sessions WHERE id = {p('id')}"
         # title, stamp, id
         self.set_title = (
             f"UPDATE sessions SET title = {p('title')}, stamp = {p('stamp')} WHERE id = {p('id')}"
@@ -143,7 +144,7 @@ class Statements:
         # sessions deleted directly are counted. The expiry is checked in the delete
         # itself: a session whose expiry was moved on meanwhile survives.
         self.delete_expired = (
-            f"DELETE FROM sessions WHERE expires_at < {p('before', 'timestamptz')}"
+            f"{deletes}DELETE FROM sessions WHERE expires_at < {p('before', 'timestamptz')}"
             " AND NOT EXISTS (SELECT 1 FROM sessions parent WHERE parent.id = sessions.part_of"
             f" AND parent.expires_at < {p('before', 'timestamptz')})"
         )
