@@ -68,7 +68,7 @@ async def raw_appends(url: str, count: int) -> float:
                 await connection.begin()
                 await cursor.execute(sql.LOCK_SESSION, (session.id,))
                 _, last_seq = await cursor.fetchone()
-                await cursor.execute(sql.MISSING_USERS, ('["ada"]',))
+                await cursor.execute(sql.WRITES.missing_users, ('["ada"]',))
                 await cursor.fetchall()
                 row = (
                     session.id, last_seq + 1, new_id(), "MESSAGE", now, None, "{}", None, 0,

@@ -54,7 +54,7 @@ def raw_appends(path: Path, synchronous: str, count: int) -> float:
         session_id = new_id()
         now = to_micros(utc_now())
         connection.execute(
-            sql.UPSERT_USER, (AUTHOR.id, AUTHOR.display_name, None, None, "human", "{}")
+            sql.STATEMENTS.upsert_user, (AUTHOR.id, AUTHOR.display_name, None, None, "human", "{}")
         )
         connection.execute(
             sql.INSERT_SESSION,

@@ -53,7 +53,9 @@ class OldDatabase:
             for statement in statements:
                 self.connection.execute(statement)
             self.connection.execute(VERSION_TABLE.record, {"version": number, "applied_at": 0})
-        self.connection.execute(sql.UPSERT_USER, ("ada", "Ada", None, None, "human", "{}"))
+        self.connection.execute(
+            sql.STATEMENTS.upsert_user, ("ada", "Ada", None, None, "human", "{}")
+        )
 
     def session(self) -> str:
         session_id = new_id()

@@ -206,7 +206,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     async def put_user(self, user: User) -> None:
         values = user_values(user)
         check_size(values, self.facts.max_packet, "the user")
-        await self._run(execute, sql.UPSERT_USER, values)
+        await self._run(execute, sql.STATEMENTS.upsert_user, values)
 
     async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         check_size(new_session_row(new), self.facts.max_packet, "the session")

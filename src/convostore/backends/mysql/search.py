@@ -50,11 +50,6 @@ EMBEDDINGS: Final = Embeddings(
     sql.DIALECT,
     "content REGEXP %(non_blank)s",
     non_blank_parameters={"non_blank": _NON_BLANK},
-    keep_existing=" ON DUPLICATE KEY UPDATE id = id",
-    replace_existing=(
-        " ON DUPLICATE KEY UPDATE dimensions = VALUES(dimensions), metric = VALUES(metric),"
-        " model = VALUES(model)"
-    ),
     vector=vector_blob,
 )
 

@@ -75,6 +75,11 @@ DIALECT: Final = Dialect(
     ),
     share_indexed_keys=SHARE_INDEXED_KEYS,
     lock_indexed_keys=LOCK_INDEXED_KEYS,
+    keep_existing=lambda column: f" ON DUPLICATE KEY UPDATE {column} = {column}",
+    replace_existing=lambda key, columns: (
+        " ON DUPLICATE KEY UPDATE "
+        + ", ".join(f"{column} = VALUES({column})" for column in columns)
+    ),
     strings_table=lambda marker, alias: (
         f"JSON_TABLE({marker}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS {alias}"
     ),
@@ -101,7 +106,6 @@ class MySQLStatements(Statements):
 
 STATEMENTS: Final = MySQLStatements(DIALECT)
 
-USER_COLUMNS: Final = columns(USER_FIELDS)
 EVENT_COLUMNS: Final = columns(EVENT_FIELDS)
 
 
@@ -109,37 +113,11 @@ def _placeholders(fields: tuple[str, ...]) -> str:
     return ", ".join("%s" for _ in fields)
 
 
-# ---------------------------------------------------------------------------- users
-
-UPSERT_USER: Final = (
-    f"INSERT INTO users ({USER_COLUMNS}) VALUES ({_placeholders(USER_FIELDS)}) "
-    "ON DUPLICATE KEY UPDATE display_name = VALUES(display_name), "
-    "username = VALUES(username), email = VALUES(email), kind = VALUES(kind), "
-    "metadata = VALUES(metadata)"
-)
-# A stored user is never overwritten: the duplicate's "update" changes nothing.
-INSERT_USER_IF_ABSENT: Final = (
-    f"INSERT INTO users ({USER_COLUMNS}) VALUES ({_placeholders(USER_FIELDS)}) "
-    "ON DUPLICATE KEY UPDATE id = id"
-)
-# The ids of a JSON list that name no stored user.
-MISSING_USERS: Final = (
-    "SELECT wanted.value FROM "
-    + DIALECT.strings_table("%s", "wanted")
-    + " WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = wanted.value)"
-)
-
 # ---------------------------------------------------------------------------- sessions
 
-SELECT_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s"
-LOCK_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = %s FOR UPDATE"
 INSERT_SESSION: Final = (
     f"INSERT INTO sessions ({columns(SESSION_INSERT_FIELDS)}) "
     f"VALUES ({_placeholders(SESSION_INSERT_FIELDS)})"
-)
-UPDATE_SESSION: Final = (
-    "UPDATE sessions SET title = %s, metadata = %s, expires_at = %s, stamp = %s "
-    "WHERE id = %s AND stamp = %s"
 )
 # The sessions past their expiry, each deleted with a check of its expiry again, so one
 # extended in between survives. A part of an expired parent goes with its parent.
@@ -153,14 +131,7 @@ INSERT_METADATA_ENTRY: Final = (
     "INSERT INTO session_metadata (session_id, name, value_prefix, value)"
     " VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE value_prefix = value_prefix"
 )
-DELETE_METADATA_ENTRIES: Final = "DELETE FROM session_metadata WHERE session_id = %s"
-# Adding an indexed key; a key another store added meanwhile is left as it is
-# ("changes" nothing, counts 0).
 KEY_STATEMENTS: Final = KeyStatements(
-    insert_key=(
-        "INSERT INTO indexed_metadata_keys (name) VALUES (%(name)s)"
-        " ON DUPLICATE KEY UPDATE name = name"
-    ),
     sessions_with_key=(
         "SELECT id, metadata FROM sessions WHERE JSON_CONTAINS_PATH(metadata, 'one', %(path)s)"
     ),
@@ -212,15 +183,4 @@ READS: Final = LogReads(
 
 
 # The session writes (`convostore.backends.sql.writes`).
-WRITES: Final = SessionWrites(
-    statements=STATEMENTS,
-    missing_users=MISSING_USERS,
-    insert_user=INSERT_USER_IF_ABSENT,
-    select_parent=SELECT_PARENT,
-    lock_parent=LOCK_PARENT,
-    insert_session=INSERT_SESSION,
-    session_row=new_session_row,
-    update_session=UPDATE_SESSION,
-    delete_entries=DELETE_METADATA_ENTRIES,
-    keys=KEY_STATEMENTS,
-)
+WRITES: Final = SessionWrites(STATEMENTS, INSERT_SESSION, new_session_row, KEY_STATEMENTS)

@@ -180,9 +180,6 @@ SET_LOCAL_SEARCH_PATH: Final = "SELECT set_config('search_path', %s, true)"
 
 # Adding an indexed key; a key another store added meanwhile is left as it is.
 KEY_STATEMENTS: Final = KeyStatements(
-    insert_key=(
-        "INSERT INTO indexed_metadata_keys (name) VALUES (%(name)s) ON CONFLICT DO NOTHING"
-    ),
     # Found in the JSON text, which `decisions.backfill` then reads: PostgreSQL cannot
     # take apart a value holding a NUL (the escape \u0000), which JSON may hold. The rows
     # read are locked against deletion until the backfill commits (so their entries meet

@@ -47,6 +47,11 @@ class Dialect:
       value is among them, where it is not ``IN (SELECT value FROM`` that table ``)``;
       ``integers(marker, alias)``: the same table of a JSON list of integers, where it
       differs.
+    - ``marker``: a positional parameter's marker; ``for_update``: what makes a SELECT
+      lock its rows until commit (nothing where writes run one at a time).
+    - ``keep_existing(column)``: what ends an INSERT so that a row whose unique key is
+      taken leaves the stored row as it is (changing nothing, counting 0);
+      ``replace_existing(key, columns)``: so that it sets those columns of the stored row.
     - ``share_indexed_keys`` and ``lock_indexed_keys``: how the metadata index stays
       whole whatever interleaves (see `convostore.backends.sql.statements`). A session
       write that indexes metadata runs ``share_indexed_keys`` in its transaction before
@@ -85,6 +90,13 @@ class Dialect:
     )
     in_strings: Callable[[str, str], str] | None = None
     integers: Callable[[str, str], str] | None = None
+    marker: str = "%s"
+    for_update: str = " FOR UPDATE"
+    keep_existing: Callable[[str], str] = lambda column: " ON CONFLICT DO NOTHING"
+    replace_existing: Callable[[str, tuple[str, ...]], str] = lambda key, columns: (
+        f" ON CONFLICT ({key}) DO UPDATE SET "
+        + ", ".join(f"{column} = excluded.{column}" for column in columns)
+    )
     deletes_lock_entries: str = ""
 
     def p(self, name: str, sql_type: str | None = None) -> str:

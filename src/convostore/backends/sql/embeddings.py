@@ -21,8 +21,7 @@ SELECT_VECTOR_INDEX: Final = "SELECT dimensions, metric, model FROM vector_index
 class Embeddings:
     """The statements in one dialect. ``non_blank``: the condition that a message's
     content holds a character `str.strip` keeps (with ``non_blank_parameters``);
-    ``keep_existing`` / ``replace_existing``: what ends an insert of the record that
-    finds one; ``vector``: a vector as a parameter."""
+    ``vector``: a vector as a parameter."""
 
     def __init__(
         self,
@@ -30,11 +29,6 @@ class Embeddings:
         non_blank: str,
         *,
         non_blank_parameters: dict[str, Any] | None = None,
-        keep_existing: str = " ON CONFLICT (id) DO NOTHING",
-        replace_existing: str = (
-            " ON CONFLICT (id) DO UPDATE SET dimensions = excluded.dimensions,"
-            " metric = excluded.metric, model = excluded.model"
-        ),
         vector: Callable[[tuple[float, ...]], Any] = list,
     ) -> None:
         p = dialect.p
@@ -46,8 +40,8 @@ class Embeddings:
             f" VALUES (1, {p('dimensions')}, {p('metric')}, {p('model')})"
         )
         # The exact scan needs no index structure: the record is the index's declaration.
-        self.declare = record + keep_existing
-        self.replace = record + replace_existing
+        self.declare = record + dialect.keep_existing("id")
+        self.replace = record + dialect.replace_existing("id", ("dimensions", "metric", "model"))
         # Messages with no vector of a model, of some roles, with non-blank content.
         where = (
             " WHERE type = 'MESSAGE' AND (embedding_model IS NULL OR embedding_model <> "

@@ -123,7 +123,11 @@ class Statements:
         self.dialect = dialect
         self._listings: dict[tuple[bool, SessionOrder, bool, bool, bool], str] = {}
         self._counts: dict[tuple[bool, bool], str] = {}
-        p = dialect.p
+        p, m = dialect.p, dialect.marker
+        # USER_FIELDS, positional: a user written whole, or only where none is stored.
+        user = f"INSERT INTO users ({USER_COLUMNS}) VALUES ({', '.join([m] * len(USER_FIELDS))})"
+        self.upsert_user = user + dialect.replace_existing("id", USER_FIELDS[1:])
+        self.insert_user_if_absent = user + dialect.keep_existing("id")
         # id
         self.select_user = f"SELECT {USER_COLUMNS} FROM users WHERE id = {p('id')}"
         self.select_session = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = {p('id')}"
@@ -169,7 +173,10 @@ class Statements:
         self.lock_indexed_keys = dialect.lock_indexed_keys
         # (none); name; name; name
         self.select_indexed_keys = "SELECT name FROM indexed_metadata_keys"
-        self.insert_indexed_key = f"INSERT INTO indexed_metadata_keys (name) VALUES ({p('name')})"
+        self.insert_indexed_key = (
+            f"INSERT INTO indexed_metadata_keys (name) VALUES ({p('name')})"
+            + dialect.keep_existing("name")
+        )
         self.delete_indexed_key = f"DELETE FROM indexed_metadata_keys WHERE name = {p('name')}"
         self.delete_key_entries = f"DELETE FROM session_metadata WHERE name = {p('name')}"
         # name, value

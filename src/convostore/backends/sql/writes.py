@@ -12,7 +12,7 @@ from typing import Any
 
 from convostore.backends.sql import decisions
 from convostore.backends.sql.rows import user_values
-from convostore.backends.sql.statements import Statements
+from convostore.backends.sql.statements import SESSION_COLUMNS, Statements
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.model import Session, User
 from convostore.prepare import NewSession, SessionChanges, owned_by_parent
@@ -32,43 +32,54 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class KeyStatements:
-    """What adding an indexed key runs beyond the shared statements: recording a key
-    (``name``; a key recorded meanwhile changes nothing), the sessions whose metadata
-    has the key (``name``, or ``path``: ``$."name"``; rows of id and metadata), and
-    inserting one entry (rows made by ``entry`` from name, value and session id)."""
+    """What adding an indexed key runs beyond the shared statements: the sessions whose
+    metadata has the key (``name``, or ``path``: ``$."name"``; rows of id and metadata),
+    and inserting one entry (rows made by ``entry`` from name, value and session id)."""
 
-    insert_key: str
     sessions_with_key: str
     insert_entry: str
     entry: Callable[[str, str, str], tuple[Any, ...]]
 
 
-@dataclass(frozen=True, slots=True)
 class SessionWrites:
-    """A backend's statements of the session writes, beside its shared ``statements``:
+    """A backend's statements of the session writes, beside its shared ``statements``
+    (positional parameters):
 
-    - ``missing_users``: the ids of a list (one parameter, ``statements.dialect.strings``)
-      that name no stored user; ``insert_user``: a user (`user_values`) unless stored;
-    - ``select_parent``, ``lock_parent``: a session's owner_id and part_of by id, the
-      second under the row lock the write keeps (the same statement where writes run
-      one at a time);
     - ``insert_session``: a session, of parameters ``session_row(new)``;
-    - ``update_session``: title, metadata, expires_at, new stamp, id, expected stamp (the
+    - ``keys``: how one metadata index entry is inserted;
+    - rendered in the dialect: ``missing_users``, the ids of a list (one parameter,
+      ``dialect.strings``) that name no stored user; ``insert_user``, a user
+      (`user_values`) unless stored; ``select_parent`` and ``lock_parent``, a session's
+      owner_id and part_of by id, the second under the row lock the write keeps;
+      ``update_session``: title, metadata, expires_at, new stamp, id, expected stamp (the
       changed row back where the dialect has RETURNING, else how many rows changed);
-    - ``delete_entries``: a session's metadata index entries (its id); ``keys``: how
-      one entry is inserted.
+      ``delete_entries``: a session's metadata index entries (its id).
     """
 
-    statements: Statements
-    missing_users: str
-    insert_user: str
-    select_parent: str
-    lock_parent: str
-    insert_session: str
-    session_row: Callable[[NewSession], tuple[Any, ...]]
-    update_session: str
-    delete_entries: str
-    keys: KeyStatements
+    def __init__(
+        self,
+        statements: Statements,
+        insert_session: str,
+        session_row: Callable[[NewSession], tuple[Any, ...]],
+        keys: KeyStatements,
+    ) -> None:
+        dialect, m = statements.dialect, statements.dialect.marker
+        self.statements = statements
+        self.insert_session = insert_session
+        self.session_row = session_row
+        self.keys = keys
+        self.missing_users = (
+            f"SELECT wanted.value FROM {dialect.strings_table(m, 'wanted')}"
+            " WHERE NOT EXISTS (SELECT 1 FROM users u WHERE u.id = wanted.value)"
+        )
+        self.insert_user = statements.insert_user_if_absent
+        self.select_parent = f"SELECT owner_id, part_of FROM sessions WHERE id = {m}"
+        self.lock_parent = self.select_parent + dialect.for_update
+        self.update_session = (
+            f"UPDATE sessions SET title = {m}, metadata = {m}, expires_at = {m}, stamp = {m}"
+            f" WHERE id = {m} AND stamp = {m}"
+        ) + (f" RETURNING {SESSION_COLUMNS}" if dialect.returning else "")
+        self.delete_entries = f"DELETE FROM session_metadata WHERE session_id = {m}"
 
 
 # ---------------------------------------------------------------------------- steps
@@ -208,7 +219,7 @@ def add_indexed_keys(
         # (see `convostore.backends.sql.statements`), so none escapes the backfill.
         yield Query(statements.lock_indexed_keys, None, "count")
     for name in sorted(names - indexed):
-        if not (yield Query(keys.insert_key, {"name": name}, "count")):
+        if not (yield Query(statements.insert_indexed_key, {"name": name}, "count")):
             continue
         # Key names are [A-Za-z0-9_.:-]: quoted, each is one step of a JSON path.
         parameters = {"name": name, "path": '$."' + name + '"'}

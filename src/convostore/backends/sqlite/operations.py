@@ -73,7 +73,7 @@ def _session_exists(connection: Connection, session_id: str) -> bool:
 
 
 def write_put_user(connection: Connection, user: User) -> None:
-    connection.execute(sql.UPSERT_USER, user_values(user))
+    connection.execute(sql.STATEMENTS.upsert_user, user_values(user))
 
 
 def write_insert_session(

@@ -17,7 +17,6 @@ from convostore.backends.sql.reads import LogReads
 from convostore.backends.sql.statements import (
     EVENT_FIELDS,
     SESSION_FIELDS,
-    USER_FIELDS,
     Statements,
     columns,
 )
@@ -62,40 +61,20 @@ DIALECT: Final = Dialect(
     strings=json_list,
     no_limit=-1,
     strings_table=lambda marker, alias: f"json_each({marker}) {alias}",
+    marker="?",
+    # One write runs at a time: a row read in a write needs no lock of its own.
+    for_update="",
 )
 STATEMENTS: Final = Statements(DIALECT)
 
-USER_COLUMNS: Final = columns(USER_FIELDS)
 SESSION_COLUMNS: Final = columns(SESSION_FIELDS)
 EVENT_COLUMNS: Final = columns(EVENT_FIELDS)
-
-# ---------------------------------------------------------------------------- users
-
-UPSERT_USER: Final = (
-    f"INSERT INTO users ({USER_COLUMNS}) VALUES ({_placeholders(USER_FIELDS)}) "
-    "ON CONFLICT (id) DO UPDATE SET display_name = excluded.display_name, "
-    "username = excluded.username, email = excluded.email, kind = excluded.kind, "
-    "metadata = excluded.metadata"
-)
-INSERT_USER_IF_ABSENT: Final = (
-    f"INSERT INTO users ({USER_COLUMNS}) VALUES ({_placeholders(USER_FIELDS)}) "
-    "ON CONFLICT (id) DO NOTHING"
-)
-# The ids of a JSON list that name no stored user, in list order.
-MISSING_USERS: Final = (
-    "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT id FROM users) ORDER BY key"
-)
 
 # ---------------------------------------------------------------------------- sessions
 
 SESSION_EXISTS: Final = "SELECT 1 FROM sessions WHERE id = ?"
-SELECT_PARENT: Final = "SELECT owner_id, part_of FROM sessions WHERE id = ?"
 INSERT_SESSION: Final = (
     f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_placeholders(SESSION_FIELDS)})"
-)
-UPDATE_SESSION: Final = (
-    "UPDATE sessions SET title = ?1, metadata = ?2, expires_at = ?3, stamp = ?4 "
-    f"WHERE id = ?5 AND stamp = ?6 RETURNING {SESSION_COLUMNS}"
 )
 # A write's candidate entry, kept only if the database indexes its key now (the write
 # transaction holds the database's one write lock: no key add or drop interleaves).
@@ -103,23 +82,12 @@ INSERT_METADATA_ENTRY: Final = (
     "INSERT INTO session_metadata (name, value, session_id)"
     " SELECT name, ?2, ?3 FROM indexed_metadata_keys WHERE name = ?1 ON CONFLICT DO NOTHING"
 )
-DELETE_METADATA_ENTRIES: Final = "DELETE FROM session_metadata WHERE session_id = ?"
-# The session writes (`convostore.backends.sql.writes`): one write runs at a time, so
-# the parent's row needs no lock of its own.
+# The session writes (`convostore.backends.sql.writes`).
 WRITES: Final = SessionWrites(
-    statements=STATEMENTS,
-    missing_users=MISSING_USERS,
-    insert_user=INSERT_USER_IF_ABSENT,
-    select_parent=SELECT_PARENT,
-    lock_parent=SELECT_PARENT,
-    insert_session=INSERT_SESSION,
-    session_row=session_values,
-    update_session=UPDATE_SESSION,
-    delete_entries=DELETE_METADATA_ENTRIES,
-    keys=KeyStatements(
-        insert_key=(
-            "INSERT INTO indexed_metadata_keys (name) VALUES (:name) ON CONFLICT DO NOTHING"
-        ),
+    STATEMENTS,
+    INSERT_SESSION,
+    session_values,
+    KeyStatements(
         sessions_with_key=(
             "SELECT id, metadata FROM sessions WHERE json_type(metadata, :path) IS NOT NULL"
         ),
