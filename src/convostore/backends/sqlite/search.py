@@ -82,7 +82,7 @@ def write_embeddings(
 
 def read_vector_search(
     connection: Connection,
-    cache: VectorCache,
+    cache: VectorCache | None,
     vector: tuple[float, ...],
     metric: Metric,
     model: str | None,
@@ -92,24 +92,19 @@ def read_vector_search(
     roles: tuple[Role, ...] | None,
 ) -> list[SearchHit]:
     """The search, in a read snapshot: the rows ``cache`` shortlists, ranked exactly;
-    the rows in scope scanned where the snapshot is older than the cache."""
+    without a cache, or where the snapshot is older than the cache, the rows in scope
+    scanned."""
     scope = owner_id, session_id, roles
-    shortlisted = cache.shortlisted(
-        feed(connection), (model, len(vector)), vector, metric, k, *scope
-    )
+    shortlisted = None
+    if cache is not None:
+        key = (model, len(vector))
+        shortlisted = cache.shortlisted(feed(connection), key, vector, metric, k, *scope)
     return drive(connection, vector_search(SEARCH, vector, metric, model, k, scope, shortlisted))
 
 
-def scan(
-    connection: Connection,
-    vector: tuple[float, ...],
-    metric: Metric,
-    model: str | None,
-    k: int,
-    *scope: Any,
-) -> list[SearchHit]:
-    """The search without the cache: every vector in scope read from the database."""
-    return drive(connection, vector_search(SEARCH, vector, metric, model, k, scope, None))
+def scan(connection: Connection, *arguments: Any) -> list[SearchHit]:
+    """`read_vector_search` without the cache: every vector in scope read."""
+    return read_vector_search(connection, None, *arguments)
 
 
 def read_text_search(
