@@ -1,18 +1,22 @@
 """`mysql://` and `mariadb://`: MySQL 8 or MariaDB 10.6 and newer, on asyncmy's asyncio
-driver and its pool. Vector search is an exact scan (neither server has a vector index
-in those versions); text search runs on a FULLTEXT index.
+driver and its pool. Vectors are searched through the shared vector cache, kept current
+by a change feed in commit order (or by MariaDB 11.7+'s own index, or an exact scan: the
+URL's ``vector_search``); text search runs on a FULLTEXT index.
 
-Modules, in the order a call goes through them:
+What every SQL backend shares (`convostore.backends.sql`) does most of the work: the
+statements rendered in MySQL's dialect, the reads of the log, the session writes, the
+append, the vector index record and the exact vector search. Here, in the order a call
+goes through them:
 
-- `backend`: `MySQLBackend`, a `convostore.backends.sql.SQLBackend` whose own
-  primitives each run one function on one pooled connection, and where the driver's
-  errors end.
+- `backend`: `MySQLBackend`, a `convostore.backends.sql.aio.AsyncSQLBackend` whose
+  primitives each run on one pooled connection, and where the driver's errors end.
 - `connection`: how connections are set up, transactions run and retried; the error
   translation.
-- `operations`: the functions, one per primitive of the log and sessions.
-- `search`: vector and text search, the vector index record and re-embedding.
-- `statements`: MySQL's `Dialect` of the shared statements, and the statements only
-  MySQL runs, as named constants with bound parameters.
+- `operations`: what only MySQL runs this way: the append's size check, the expiry.
+- `search`: the text search's statement, and how a vector search picks its way.
+- `vector_feed` and `native_vectors`: the cache's change feed, MariaDB's own index.
+- `statements`: MySQL's `Dialect` and the statements only MySQL runs, as named
+  constants with bound parameters.
 - `rows`: the values of the columns only MySQL has (see `convostore.backends.sql.values`
   for the rest).
 - `schema` and `migrate`: the versioned migrations applied at connect.

@@ -13,8 +13,11 @@
 - `dialect`: `Dialect`, what a SQL backend says about its SQL.
 - `backend`: `SQLBackend`, the primitives written once over three I/O hooks.
 - `steps`: operations written once without I/O, as generators of `Query`s a backend
-  drives on its connection; `writes` (session writes, metadata keys) and `migrate` (the
-  migration runner, `VersionTable`) are written so.
+  drives on its connection; written so: `writes` (session writes, metadata keys),
+  `reads` (the log's filters, windows and active view), `appends` (the append under
+  the session's row lock), `embeddings` (the vector index record, re-embedding),
+  `search` (text and exact vector search) and `migrate` (the migration runner,
+  `VersionTable`).
 - `aio`: what the backends on an asyncio driver share: `Driver`, the transaction runner
   with retries, `AsyncSQLBackend` (the I/O hooks over a pool's connections).
 
@@ -29,16 +32,21 @@ How a new SQL backend plugs in (``convostore.backends.mysql`` is the smallest ex
    is written (``%(name)s`` for the MySQL drivers), how a time is passed and read
    (``RowReader(time_of, vector_of)``), and where its SQL differs: index hints, its own
    count, the metadata value comparison, the top-level condition, the keyset
-   comparison, whether UPDATE has RETURNING, the database's size.
-   ``STATEMENTS = Statements(DIALECT)`` (a subclass may replace a whole statement).
+   comparison, whether UPDATE has RETURNING, the database's size, a list of strings as
+   a table, upserts, row locks. ``STATEMENTS = Statements(DIALECT)`` (a subclass may
+   replace a whole statement); ``reads.LogReads``, ``writes.SessionWrites``,
+   ``appends.AppendStatements``, ``embeddings.Embeddings`` and
+   ``search.SearchStatements`` are made from it with the few fragments that are the
+   backend's own (its text match, its insert of a session and of events).
 3. A `SQLBackend` subclass (on an asyncio driver, an `aio.AsyncSQLBackend`: a `Driver`
    and `_connection` give the I/O hooks and the metadata keys): ``statements =
    STATEMENTS``; the I/O hooks `_fetch_all`, `_changed`, `_returning`; `open` /
-   `close`; and the primitives whose SQL is its own: `put_user`, `append`, `read`, the
-   vector index and search primitives, and the session writes (`writes.SessionWrites`
-   where its writes take row locks). Hand what the statements found to `decisions`
-   rather than deciding again (`replay_or_conflict`, `stale_or_missing`, `check_parent`,
-   `unknown_users`, `refuse_existing`, `event_conditions`, `bounded`).
+   `close`; and the primitives, each a call of the shared steps (``read``:
+   `reads.LogReads.read_events`; ``append``: `appends.append`; the session writes:
+   `writes`; re-embedding: `embeddings`; search: `search`) unless its SQL is its own.
+   Hand what its own statements found to `decisions` rather than deciding again
+   (`replay_or_conflict`, `stale_or_missing`, `check_parent`, `unknown_users`,
+   `refuse_existing`, `event_conditions`, `bounded`).
 4. Errors: translate the driver's exceptions where they are caught; only "cannot reach
    or use the database now" is `BackendUnavailableError`, anything else a `StoreError`.
 5. One line in `convostore.backends.registry.BUILTIN` (``mysql``/``mariadb`` are there
