@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
@@ -35,21 +35,17 @@ from convostore.backends.mysql.migrate import (
     prepare_database,
     read_pending_migrations,
 )
-from convostore.backends.mysql.operations import check_size, execute, write_append
-from convostore.backends.mysql.rows import new_session_row
+from convostore.backends.mysql.operations import check_size, write_append
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
-from convostore.backends.sql import writes
 from convostore.backends.sql.aio import AsyncSQLBackend
-from convostore.backends.sql.backend import Parameters
 from convostore.backends.sql.event_cache import EventCache
-from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.vector_cache import VectorCache
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
+from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
-from convostore.model import Event, Role, SearchHit, Session, User
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
+from convostore.model import Event, SearchHit
+from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = ["MySQLBackend"]
 
@@ -71,6 +67,8 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     statements = sql.STATEMENTS
     driver = DRIVER
     key_statements = sql.KEY_STATEMENTS
+    writes = sql.WRITES
+    embeddings = search.EMBEDDINGS
 
     def __init__(self, target: MySQLTarget) -> None:
         self.target = target
@@ -193,33 +191,8 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         async with self._connection() as connection:
             return await in_snapshot(connection, fn, *args)
 
-    async def _changed(self, statement: str, parameters: Parameters) -> int:
-        check_size(parameters.values(), self.facts.max_packet, "the write")
-        return await super()._changed(statement, parameters)
-
-    async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
-        check_size(parameters.values(), self.facts.max_packet, "the write")
-        return await super()._returning(statement, parameters)
-
-    # ---------------------------------------------------------------- users and sessions
-
-    async def put_user(self, user: User) -> None:
-        values = user_values(user)
-        check_size(values, self.facts.max_packet, "the user")
-        await self._run(execute, sql.STATEMENTS.upsert_user, values)
-
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
-        check_size(new_session_row(new), self.facts.max_packet, "the session")
-        return await self._write_steps(writes.insert_session, sql.WRITES, new, if_absent)
-
-    async def find_or_insert_part(self, new: NewSession) -> Session:
-        check_size(new_session_row(new), self.facts.max_packet, "the session")
-        return await self._write_steps(writes.find_or_insert_part, sql.WRITES, new)
-
-    async def update_session(self, changes: SessionChanges) -> Session:
-        values = (changes.title, changes.metadata_json, changes.session_id, changes.new_stamp)
-        check_size(values, self.facts.max_packet, "the session")
-        return await self._write_steps(writes.update_session, sql.WRITES, changes)
+    def _check(self, values: Iterable[Any], what: str) -> None:
+        check_size(values, self.facts.max_packet, what)
 
     # Every write that touches a vector ends with its change recorded in the feed
     # (`vector_feed`), after the graph's rows where the server has one.
@@ -253,9 +226,6 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
-        return await self._run(self._steps, search.EMBEDDINGS.spec)
-
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         await self._run(self._steps, search.EMBEDDINGS.declare_index, spec, replace)
         # A graph of another declaration goes, whoever searches it; this store builds
@@ -280,14 +250,6 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
             await native_vectors.ensure(
                 connection, replace=replace, build=build, graph_m=self.graph_m, where=self._where
             )
-
-    async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
-        return await self._run(self._steps, search.EMBEDDINGS.pending, model, roles, after, limit)
-
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
-        return await self._run(self._steps, search.EMBEDDINGS.count_pending, model, roles)
 
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]

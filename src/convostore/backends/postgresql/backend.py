@@ -47,12 +47,11 @@ from convostore.backends.postgresql.schema import (
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
 from convostore.backends.sql.aio import AsyncSQLBackend
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
+from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.model import (
     Event,
-    Role,
     SearchHit,
     Session,
     User,
@@ -80,6 +79,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
     statements = sql.STATEMENTS
     driver = DRIVER
     key_statements = KEY_STATEMENTS
+    embeddings = search.EMBEDDINGS
     # A transaction ended as a deadlock victim or by a serialization failure.
     retries = 3
 
@@ -208,9 +208,6 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
-        return await self._run(self._steps, search.EMBEDDINGS.spec)
-
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         if self.facts.vector_schema is None:
             log.warning(
@@ -241,14 +238,6 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
 
     async def end_reembed(self, spec: VectorIndexSpec) -> None:
         await self._declare(spec, replace=False, build=True)
-
-    async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
-        return await self._run(self._steps, search.EMBEDDINGS.pending, model, roles, after, limit)
-
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
-        return await self._run(self._steps, search.EMBEDDINGS.count_pending, model, roles)
 
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]

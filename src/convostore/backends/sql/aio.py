@@ -12,14 +12,19 @@ import abc
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Generic, TypeVar
 
 from convostore.backends.sql import writes
 from convostore.backends.sql.backend import Parameters, SQLBackend
+from convostore.backends.sql.embeddings import Embeddings
+from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
-from convostore.backends.sql.writes import KeyStatements
+from convostore.backends.sql.writes import KeyStatements, SessionWrites
+from convostore.embedding import PendingEmbedding, VectorIndexSpec
+from convostore.model import Role, Session, User
+from convostore.prepare import NewSession, SessionChanges
 
 __all__ = ["AsyncSQLBackend", "Driver", "RollbackAndReturn", "drive", "in_transaction"]
 
@@ -116,12 +121,20 @@ async def in_transaction(
 class AsyncSQLBackend(SQLBackend, Generic[C]):
     """A `SQLBackend` whose primitives each run on one connection of a pool: a subclass
     sets ``driver`` and ``retries`` and gives `_connection`, where the driver's errors
-    become convostore's."""
+    become convostore's. The session writes and re-embedding run the shared steps
+    (``writes``, ``embeddings``) unless the subclass writes its own."""
 
     driver: Driver[C]
     key_statements: KeyStatements
+    # The session writes and re-embedding, where the backend runs the shared steps.
+    writes: SessionWrites
+    embeddings: Embeddings
     # How many times a transaction the driver calls retryable is run again.
     retries: int = 0
+
+    def _check(self, values: Iterable[Any], what: str) -> None:
+        """Refuse (`InvalidArgumentError`) values too large for the database, before a
+        statement carries them (``what``: "the session", ...); none by default."""
 
     @abc.abstractmethod
     def _connection(self) -> AbstractAsyncContextManager[C]:
@@ -152,9 +165,11 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
         return await self._run(self.driver.fetch_all, statement, parameters)
 
     async def _changed(self, statement: str, parameters: Parameters) -> int:
+        self._check(parameters.values(), "the write")
         return await self._run(self.driver.execute, statement, parameters)
 
     async def _returning(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        self._check(parameters.values(), "the write")
         if self.statements.dialect.returning:
             row: Sequence[Any] | None = await self._run(
                 self.driver.fetch_one, statement, parameters
@@ -172,6 +187,39 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
             return found
 
         return await self._write(update_then_read)
+
+    # ---------------------------------------------------------------- users and sessions
+
+    async def put_user(self, user: User) -> None:
+        values = user_values(user)
+        self._check(values, "the user")
+        await self._run(self.driver.execute, self.statements.upsert_user, values)
+
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+        self._check(self.writes.session_row(new), "the session")
+        return await self._write_steps(writes.insert_session, self.writes, new, if_absent)
+
+    async def find_or_insert_part(self, new: NewSession) -> Session:
+        self._check(self.writes.session_row(new), "the session")
+        return await self._write_steps(writes.find_or_insert_part, self.writes, new)
+
+    async def update_session(self, changes: SessionChanges) -> Session:
+        values = (changes.title, changes.metadata_json, changes.session_id, changes.new_stamp)
+        self._check(values, "the session")
+        return await self._write_steps(writes.update_session, self.writes, changes)
+
+    # ---------------------------------------------------------------- re-embedding
+
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
+        return await self._run(self._steps, self.embeddings.spec)
+
+    async def pending_embeddings(
+        self, model: str, roles: Sequence[Role], after: str | None, limit: int
+    ) -> list[PendingEmbedding]:
+        return await self._run(self._steps, self.embeddings.pending, model, roles, after, limit)
+
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+        return await self._run(self._steps, self.embeddings.count_pending, model, roles)
 
     # ---------------------------------------------------------------- the metadata index
 
