@@ -120,16 +120,9 @@ class MySQLTarget:
 
 
 def parse_mysql_url(url: str) -> MySQLTarget:
-    """The target of a ``mysql://`` or ``mariadb://`` URL. Query options:
-
-    - ``pool_min_size`` (default 1), ``pool_max_size`` (default 10);
-    - ``pool_timeout`` (default 30), ``connect_timeout`` (default 10): seconds;
-    - ``ssl``: disabled (or false), preferred, required (or true), verify_ca,
-      verify_identity; ``ssl_ca``: a CA file;
-    - ``unix_socket``: a socket path, used instead of host and port;
-    - ``deadlock_retries``: 0..100, default 5;
-    - ``vector_search``: cache (default), native or scan (see `MySQLTarget`).
-    """
+    """The target of a ``mysql://`` or ``mariadb://`` URL. Query options: the fields of
+    `MySQLTarget` after ``database`` (``ssl`` also takes false and true; ``unix_socket``
+    is used instead of host and port; ``deadlock_retries`` is 0..100)."""
     parts = urlsplit(url)
     if parts.scheme.lower() not in SCHEMES:
         raise InvalidArgumentError(f"not a MySQL URL: {redacted(url)!r}")
