@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import secrets
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,7 +20,7 @@ from convostore._time import require_aware, utc_now
 from convostore.cursors import Keyset, decode_cursor
 from convostore.errors import EventIdConflictError, InvalidArgumentError, SessionNotFoundError
 from convostore.filters import parse_role, validate_branch, validate_event_type
-from convostore.ids import new_id
+from convostore.ids import new_id, random_hex
 from convostore.model import (
     COMPACTION,
     MESSAGE,
@@ -124,7 +123,7 @@ class AppendOutcome:
 
 
 def new_stamp() -> str:
-    return secrets.token_hex(8)
+    return random_hex(8)
 
 
 def normalized_metadata(metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:

@@ -250,6 +250,54 @@ async def test_a_key_marked_but_not_yet_recorded_is_written_but_not_searchable(
         await store.close()
 
 
+async def test_dropping_a_key_an_add_left_marked_stops_writes_indexing_it(url: str) -> None:
+    """An add that stopped after marking its key leaves writes indexing it; a drop of
+    the key ends that, and takes the entries written meanwhile."""
+    store = await convostore.connect(url)
+    try:
+        await falkor_of(store).graph.query(
+            "MATCH (c:ConvostoreSchema {key: 'convostore'}) SET c.indexing_keys = ['colour']"
+        )
+        during = await store.create_session(ADA, metadata={"colour": "red"})
+        assert await _entries(store) == {during.id: [metadata_entry("colour", "red")]}
+        # It was never indexed (no lookup could use it), so the drop answers False.
+        assert await store.drop_metadata_index("colour") is False
+        after = await store.create_session(ADA, metadata={"colour": "red"})
+        assert await _entries(store) == {during.id: [], after.id: []}
+        assert await falkor_of(store).indexed_keys() == frozenset()
+    finally:
+        await store.close()
+
+
+async def test_a_key_dropped_while_it_is_being_added_is_not_recorded(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await convostore.connect(url)
+    try:
+        first = await store.create_session(ADA, metadata={"colour": "red"})
+        backend = falkor_of(store)
+        run = backend._run
+
+        async def dropping_after_the_mark(
+            query: str, parameters: dict[str, Any], *, write: bool
+        ) -> Any:
+            rows = await run(query, parameters, write=write)
+            if "indexing_keys = coalesce" in query:  # the add has marked its key
+                assert await backend.remove_indexed_key("colour") is False
+            return rows
+
+        monkeypatch.setattr(backend, "_run", dropping_after_the_mark)
+        # The drop came last: the add records nothing, and nothing is indexed.
+        assert await backend.add_indexed_keys(frozenset({"colour"})) == frozenset()
+        monkeypatch.setattr(backend, "_run", run)
+        second = await store.create_session(ADA, metadata={"colour": "red"})
+        assert await _entries(store) == {first.id: [], second.id: []}
+        with pytest.raises(NotIndexedError):
+            await store.find_sessions_by_metadata("colour", "red")
+    finally:
+        await store.close()
+
+
 # ---------------------------------------------------------------------------- graph model
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import threading
 import time
@@ -11,7 +12,7 @@ import uuid
 import pytest
 
 import convostore.ids
-from convostore.ids import is_uuid7, new_id, uuid7_time_ms
+from convostore.ids import is_uuid7, new_id, random_hex, uuid7_time_ms
 
 CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 
@@ -145,3 +146,23 @@ def test_uuid7_time_ms_reads_the_first_48_bits() -> None:
     ms = 0x0190F0A87C1E
     value = str(uuid.UUID(int=(ms << 80) | (0x7 << 76) | (0b10 << 62)))
     assert uuid7_time_ms(value) == ms
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_draws_other_random_bytes_than_its_parent() -> None:
+    # Random bits are read from the OS in blocks: a child must not reuse the unread
+    # part of its parent's block, or both would make the same stamps and ids.
+    random_hex(1)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its draws and leave at once
+        os.close(read_end)
+        os.write(write_end, " ".join([random_hex(8), new_id()]).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child_stamp, child_id = pipe.read().split()
+    os.waitpid(pid, 0)
+    stamp, made = random_hex(8), new_id()
+    assert child_stamp != stamp
+    assert child_id[14:] != made[14:]  # the random part, after the time

@@ -552,7 +552,9 @@ RECORD_VERSION: Final = f"MERGE (c:{SCHEMA_LABEL} {{key: $key}}) SET c.version =
 # use them yet. Then the sessions are read, and ADD_INDEXED_KEYS, one query, so one
 # transaction, records the keys as indexed and gives each session read with a value for
 # one its entries, unless its metadata changed since it was read (that write indexed
-# the keys itself). Run again it writes the same: the added keys' old entries go first.
+# the keys itself). A key dropped since it was marked (REMOVE_INDEXED_KEY clears the
+# mark) is neither recorded nor given entries: the drop came last. Run again it writes
+# the same: the added keys' old entries go first.
 ADD_INDEXING_KEYS: Final = (
     f"MATCH (c:{SCHEMA_LABEL} {{key: $key}})"
     " SET c.indexing_keys = coalesce(c.indexing_keys, [])"
@@ -560,25 +562,36 @@ ADD_INDEXING_KEYS: Final = (
 )
 ADD_INDEXED_KEYS: Final = (
     f"MATCH (c:{SCHEMA_LABEL} {{key: $key}})"
+    " WITH c, [k IN $added WHERE (k IN coalesce(c.indexing_keys, []))"
+    " OR (k IN coalesce(c.indexed_keys, []))] AS recorded"
     " SET c.indexed_keys = coalesce(c.indexed_keys, [])"
-    " + [k IN $added WHERE NOT k IN coalesce(c.indexed_keys, [])],"
-    " c.indexing_keys = [k IN coalesce(c.indexing_keys, []) WHERE NOT k IN $added]"
-    " WITH count(c) AS recorded UNWIND $rows AS row"
+    " + [k IN recorded WHERE NOT k IN coalesce(c.indexed_keys, [])],"
+    " c.indexing_keys = [k IN coalesce(c.indexing_keys, []) WHERE NOT k IN recorded]"
+    # $prefixes[i] is the entry prefix of $added[i].
+    " WITH [i IN range(0, size($added) - 1) WHERE $added[i] IN recorded | $prefixes[i]]"
+    " AS kept UNWIND $rows AS row"
     " MATCH (s:Session {id: row.id}) WHERE s.metadata = row.metadata"
     " SET s.metadata_entries = [entry IN coalesce(s.metadata_entries, [])"
-    " WHERE NOT any(prefix IN $prefixes WHERE entry STARTS WITH prefix)] + row.entries"
+    " WHERE NOT any(prefix IN kept WHERE entry STARTS WITH prefix)]"
+    " + [entry IN row.entries WHERE any(prefix IN kept WHERE entry STARTS WITH prefix)]"
 )
-# Dropping a key is one query: it leaves the recorded keys and every entry of it goes.
-# Returns 1 when the key was indexed, else 0 (and nothing is written).
+# Dropping a key is one query: it leaves the recorded keys, or the keys being added (an
+# add that stopped after marking it), and every entry of it goes. Returns true when the
+# key was indexed, false when it was only being added, nothing when neither (and then
+# nothing is written).
 REMOVE_INDEXED_KEY: Final = (
-    f"MATCH (c:{SCHEMA_LABEL} {{key: $key}}) WHERE $name IN coalesce(c.indexed_keys, [])"
-    " SET c.indexed_keys = [k IN c.indexed_keys WHERE k <> $name]"
-    " WITH c OPTIONAL MATCH (s:Session)"
+    f"MATCH (c:{SCHEMA_LABEL} {{key: $key}})"
+    " WHERE ($name IN coalesce(c.indexed_keys, []))"
+    " OR ($name IN coalesce(c.indexing_keys, []))"
+    " WITH c, ($name IN coalesce(c.indexed_keys, [])) AS was_indexed"
+    " SET c.indexed_keys = [k IN coalesce(c.indexed_keys, []) WHERE k <> $name],"
+    " c.indexing_keys = [k IN coalesce(c.indexing_keys, []) WHERE k <> $name]"
+    " WITH c, was_indexed OPTIONAL MATCH (s:Session)"
     " WHERE any(entry IN s.metadata_entries WHERE entry STARTS WITH $prefix)"
-    " WITH c, collect(s) AS sessions"
+    " WITH was_indexed, collect(s) AS sessions"
     " FOREACH (s IN sessions | SET s.metadata_entries ="
     " [entry IN s.metadata_entries WHERE NOT entry STARTS WITH $prefix])"
-    " RETURN count(c)"
+    " RETURN was_indexed"
 )
 # Records the vector index: where none is ($replace false) or in place of what is.
 RECORD_VECTOR_INDEX: Final = (

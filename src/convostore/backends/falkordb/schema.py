@@ -134,12 +134,13 @@ async def add_indexed_keys(run: Run, keys: frozenset[str]) -> frozenset[str]:
             rows.append({"id": session_id, "metadata": metadata, "entries": new})
     prefixes = [f"{name}=" for name in added]
     await run(q.ADD_INDEXED_KEYS, {**_KEY, "added": added, "prefixes": prefixes, "rows": rows})
-    return frozenset(indexed | keys)
+    return await indexed_keys(run)
 
 
 async def remove_indexed_key(run: Run, key: str) -> bool:
     """Stop indexing ``key`` and drop its entries, in one query; False if it was not
-    indexed."""
+    indexed. A key an add left marked as being indexed (it stopped before recording it)
+    is unmarked too, so writes stop indexing it."""
     rows = await run(q.REMOVE_INDEXED_KEY, {**_KEY, "name": key, "prefix": f"{key}="})
     return bool(rows and rows[0][0])
 
