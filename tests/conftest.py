@@ -25,8 +25,11 @@ def pytest_report_header() -> str | None:
 
 
 def pytest_ignore_collect(collection_path: Path) -> bool | None:
-    """A backend's own tests (tests/backends/test_NAME.py) are left out, as its contract
-    cases are skipped, when ``CONVOSTORE_SKIP_BACKENDS`` names it."""
-    if collection_path.parent.name == "backends" and collection_path.name.startswith("test_"):
+    """A backend's own tests (tests/backends/test_NAME.py, or the package
+    tests/backends/NAME/) are left out, as its contract cases are skipped, when
+    ``CONVOSTORE_SKIP_BACKENDS`` names it."""
+    if collection_path.parent.name == "backends" and (
+        collection_path.name.startswith("test_") or collection_path.is_dir()
+    ):
         return collection_path.stem.removeprefix("test_") in skipped_backends() or None
     return None

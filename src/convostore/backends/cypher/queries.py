@@ -567,11 +567,13 @@ ADD_INDEXED_KEYS: Final = (
     " SET c.indexed_keys = coalesce(c.indexed_keys, [])"
     " + [k IN recorded WHERE NOT k IN coalesce(c.indexed_keys, [])],"
     " c.indexing_keys = [k IN coalesce(c.indexing_keys, []) WHERE NOT k IN recorded]"
-    " WITH recorded UNWIND $rows AS row"
+    # $prefixes[i] is the entry prefix of $added[i].
+    " WITH [i IN range(0, size($added) - 1) WHERE $added[i] IN recorded | $prefixes[i]]"
+    " AS kept UNWIND $rows AS row"
     " MATCH (s:Session {id: row.id}) WHERE s.metadata = row.metadata"
     " SET s.metadata_entries = [entry IN coalesce(s.metadata_entries, [])"
-    " WHERE NOT any(k IN recorded WHERE entry STARTS WITH (k + '='))]"
-    " + [entry IN row.entries WHERE any(k IN recorded WHERE entry STARTS WITH (k + '='))]"
+    " WHERE NOT any(prefix IN kept WHERE entry STARTS WITH prefix)]"
+    " + [entry IN row.entries WHERE any(prefix IN kept WHERE entry STARTS WITH prefix)]"
 )
 # Dropping a key is one query: it leaves the recorded keys, or the keys being added (an
 # add that stopped after marking it), and every entry of it goes. Returns true when the

@@ -132,7 +132,8 @@ async def add_indexed_keys(run: Run, keys: frozenset[str]) -> frozenset[str]:
         ]
         if new:
             rows.append({"id": session_id, "metadata": metadata, "entries": new})
-    await run(q.ADD_INDEXED_KEYS, {**_KEY, "added": added, "rows": rows})
+    prefixes = [f"{name}=" for name in added]
+    await run(q.ADD_INDEXED_KEYS, {**_KEY, "added": added, "prefixes": prefixes, "rows": rows})
     return await indexed_keys(run)
 
 

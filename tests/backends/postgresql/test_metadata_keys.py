@@ -6,15 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import convostore
-from convostore import Store, User
-from tests.backends.support import missing_driver, served
-from tests.servers.postgresql import TestServer, shared_server, stop_shared_server
+from convostore import Store
+from tests.backends.support import missing_driver
+from tests.servers.postgresql import TestServer
 
 if skip_reason := missing_driver("psycopg", "postgresql"):
     pytest.skip(skip_reason, allow_module_level=True)
@@ -22,16 +21,11 @@ if skip_reason := missing_driver("psycopg", "postgresql"):
 import psycopg
 
 from convostore.backends.postgresql.statements import LOCK_INDEXED_KEYS
+from tests.backends.postgresql.support import ADA
 
-ADA = User("ada", "Ada")
 # How many times the test looks for the write waiting on the lock before giving up.
 LOOKS = 10_000
 _schemas = itertools.count(1)
-
-
-@pytest.fixture(scope="session")
-def postgresql() -> Iterator[TestServer]:
-    yield from served("postgresql", shared_server, stop_shared_server)
 
 
 async def _waits_on_session_metadata(connection: psycopg.AsyncConnection[Any]) -> bool:
@@ -43,9 +37,9 @@ async def _waits_on_session_metadata(connection: psycopg.AsyncConnection[Any]) -
     return row is not None and row[0] == 1
 
 
-async def test_a_write_that_waited_on_a_key_add_indexes_the_key(postgresql: TestServer) -> None:
+async def test_a_write_that_waited_on_a_key_add_indexes_the_key(server: TestServer) -> None:
     schema = f"keys_{os.getpid()}_{next(_schemas)}"
-    url = postgresql.url()
+    url = server.url()
     store: Store = await convostore.connect(f"{url}{'&' if '?' in url else '?'}schema={schema}")
     try:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as adder:
@@ -69,10 +63,10 @@ async def test_a_write_that_waited_on_a_key_add_indexes_the_key(postgresql: Test
 
 
 async def test_a_key_add_indexes_a_session_whose_delete_rolled_back(
-    postgresql: TestServer,
+    server: TestServer,
 ) -> None:
     schema = f"keys_{os.getpid()}_{next(_schemas)}"
-    url = postgresql.url()
+    url = server.url()
     schema_url = f"{url}{'&' if '?' in url else '?'}schema={schema}"
     store: Store = await convostore.connect(schema_url)
     try:
