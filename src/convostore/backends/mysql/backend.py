@@ -38,7 +38,7 @@ from convostore.backends.mysql.migrate import (
 from convostore.backends.mysql.operations import check_size, write_append
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
-from convostore.backends.sql.aio import AsyncSQLBackend
+from convostore.backends.sql.aio import AsyncSQLBackend, drive
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.vector_cache import VectorCache
 from convostore.embedding import VectorIndexSpec
@@ -219,10 +219,13 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         return await self._write(vector_feed.append, append, write_append, limit)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
-        decode = functools.partial(self._event_cache.event, reader=sql.DIALECT.rows)
+        decode = functools.partial(self._event_cache.events, reader=sql.DIALECT.rows)
+        read = sql.READS.read_events
         # The active view's boundary and later events must agree: one snapshot.
-        run = self._snapshot if event_filter.active_view else self._run
-        return await run(self._steps, sql.READS.read_events, session_id, event_filter, decode)
+        if event_filter.active_view:
+            return await self._snapshot(self._steps, read, session_id, event_filter, decode)
+        async with self._connection() as connection:
+            return await drive(DRIVER, connection, read(session_id, event_filter, decode))
 
     # ---------------------------------------------------------------- vectors and text
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from convostore.backends.sql.rows import EVENT_COLUMN_COUNT, RowReader
 from convostore.model import Event
@@ -44,17 +44,19 @@ class EventCache:
         return len(self._events)
 
     def event(self, row: Sequence[Any], reader: RowReader) -> Event:
-        """The event of ``row`` (its key, then the event's columns): the one kept for
-        that key and stamp, else the row read by ``reader``, and kept."""
-        key, stamp = row[0], row[_STAMP]
-        with self._lock:
-            kept = self._events.get(key)
-            if kept is not None and kept[0] == stamp:
-                self._events.move_to_end(key)
-                return kept[1]
-        event = reader.event(row, 1)
-        self.keep([(key, stamp, event)])
-        return event
+        """The event of one row (`events`)."""
+        return self.events((row,), reader)[0]
+
+    def events(self, rows: Sequence[Sequence[Any]], reader: RowReader) -> list[Event]:
+        """The events of ``rows`` (each its key, then the event's columns), in order: the
+        one kept for a row's key and stamp, else the row read by ``reader``, and kept."""
+        found, missing = self.take([(row[0], row[_STAMP]) for row in rows])
+        if missing:
+            read = [(rows[i][0], rows[i][_STAMP], reader.event(rows[i], 1)) for i in missing]
+            self.keep(read)
+            for position, (_, _, event) in zip(missing, read, strict=True):
+                found[position] = event
+        return cast(list[Event], found)  # every None is replaced
 
     def take(self, keys: Sequence[tuple[Any, Any]]) -> tuple[list[Event | None], list[int]]:
         """For (key, stamp) pairs: the kept event where its stamp matches, else None;

@@ -30,8 +30,8 @@ from convostore.model import Event
 
 __all__ = ["EVENT_CONDITION_NAMES", "IS_TURN_START", "LogReads", "event_conditions"]
 
-# A row read back as an event (a backend's decoder, or its event cache's).
-Decode = Callable[[Sequence[Any]], Event]
+# Rows read back as events, in order (a backend's decoder, or its event cache's).
+Decode = Callable[[Sequence[Sequence[Any]]], list[Event]]
 Shape = Literal["forward", "newest", "turn_start", "between"]
 
 EVENT_CONDITION_NAMES: Final = (
@@ -162,14 +162,13 @@ class LogReads:
         if event_filter.active_view:
             boundary = yield Query(self.newest_compaction, {"session_id": session_id})
             if boundary is not None:
-                return (yield from self.active_view(decode(boundary), event_filter, decode))
+                return (yield from self.active_view(decode([boundary])[0], event_filter, decode))
         conditions = self.flags(event_filter)
         parameters = self.parameters(session_id, event_filter)
         if event_filter.last is None:
-            rows = yield Query(self.events("forward", conditions), parameters, "all")
-            return list(map(decode, rows))
+            return decode((yield Query(self.events("forward", conditions), parameters, "all")))
         newest = yield Query(self.events("newest", conditions), parameters, "all")
-        window = list(map(decode, reversed(newest)))
+        window = decode(newest[::-1])
         if (
             not window
             or len(window) < event_filter.last  # The window holds every match already.
@@ -185,7 +184,7 @@ class LogReads:
             return window
         parameters["from_seq"] = start[0]
         rows = yield Query(self.events("between", conditions), parameters, "all")
-        return [*map(decode, rows), *window]
+        return [*decode(rows), *window]
 
     def active_view(
         self, boundary: Event, event_filter: EventFilter, decode: Decode
@@ -194,10 +193,10 @@ class LogReads:
         has it, from the events it kept and every event after it: what compaction keeps
         small, not the whole log."""
         where = {"session_id": boundary.session_id, "seq": boundary.seq}
-        after = list(map(decode, (yield Query(self.events_after, where, "all"))))
+        after = decode((yield Query(self.events_after, where, "all")))
         kept_ids, summaries = compaction_parts(boundary, after)
         kept: list[Event] = []
         if kept_ids:
             ids = self.dialect.strings(dict.fromkeys(kept_ids))  # each once, however named
-            kept = list(map(decode, (yield Query(self.kept_events, {"ids": ids, **where}, "all"))))
+            kept = decode((yield Query(self.kept_events, {"ids": ids, **where}, "all")))
         return apply_filter(compose_view(kept, summaries, after), event_filter)

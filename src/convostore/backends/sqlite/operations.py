@@ -9,6 +9,7 @@ several queries. Each is all of one primitive of
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from convostore._time import to_micros
@@ -181,7 +182,7 @@ def read_events(
             reads.newest_compaction, {"session_id": session_id}
         ).fetchone()
         if boundary is not None:
-            view = reads.active_view(event_from_row(boundary), event_filter, event_from_row)
+            view = reads.active_view(event_from_row(boundary), event_filter, _events)
             return drive(connection, view)
     conditions = reads.flags(event_filter)
     parameters = reads.parameters(session_id, event_filter)
@@ -196,3 +197,7 @@ def read_events(
         sql.events_sql(shape, conditions),
         parameters,
     )
+
+
+def _events(rows: Sequence[Any]) -> list[Event]:
+    return [event_from_row(row) for row in rows]
