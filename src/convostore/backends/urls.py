@@ -3,14 +3,15 @@ and seconds checked against their range, passwords kept out of messages."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from typing import Any, Final, TypeVar
+from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
 from convostore.errors import InvalidArgumentError
 
 __all__ = [
+    "POOL_OPTIONS",
     "Parse",
     "check_pool",
     "one_of",
@@ -18,6 +19,7 @@ __all__ = [
     "query_options",
     "redacted",
     "seconds",
+    "split",
     "whole",
     "whole_number",
     "with_options",
@@ -26,6 +28,7 @@ __all__ = [
 # How one option's text becomes its value: (option name, text) -> value.
 Parse = Callable[[str, str], Any]
 T = TypeVar("T")
+_MAX_POOL_SIZE: Final = 1000
 
 
 def query_options(query: str, what: str) -> list[tuple[str, str]]:
@@ -80,6 +83,14 @@ def optional_text(name: str, value: str) -> str | None:
     return value or None
 
 
+# The options of a backend's pool of connections (checked together by `check_pool`).
+POOL_OPTIONS: Final[dict[str, Parse]] = {
+    "pool_min_size": whole(0, _MAX_POOL_SIZE),
+    "pool_max_size": whole(1, _MAX_POOL_SIZE),
+    "pool_timeout": seconds,
+}
+
+
 def with_options(
     target: T,
     query: str,
@@ -99,6 +110,15 @@ def with_options(
         else:
             raise InvalidArgumentError(f"unknown option {name!r} in {what}")
     return target
+
+
+def split(url: str, schemes: Sequence[str], name: str) -> SplitResult:
+    """The parts of ``url``, whose scheme must be one of ``schemes`` (``name``: the
+    database's, for the message)."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in schemes:
+        raise InvalidArgumentError(f"not a {name} URL: {redacted(url)!r}")
+    return parts
 
 
 def check_pool(min_size: int, max_size: int) -> None:

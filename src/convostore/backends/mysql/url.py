@@ -10,15 +10,16 @@ import re
 import ssl as tls
 from dataclasses import dataclass
 from typing import Final, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from convostore.backends.urls import (
+    POOL_OPTIONS,
     Parse,
     check_pool,
     one_of,
     optional_text,
-    redacted,
     seconds,
+    split,
     whole,
     with_options,
 )
@@ -50,12 +51,9 @@ _SSL_MODES: Final[dict[str, SslMode]] = {
     "verify_ca": "verify_ca",
     "verify_identity": "verify_identity",
 }
-_MAX_POOL_SIZE = 1000
 _MAX_RETRIES = 100
 _OPTIONS: Final[dict[str, Parse]] = {
-    "pool_min_size": whole(0, _MAX_POOL_SIZE),
-    "pool_max_size": whole(1, _MAX_POOL_SIZE),
-    "pool_timeout": seconds,
+    **POOL_OPTIONS,
     "connect_timeout": seconds,
     "deadlock_retries": whole(0, _MAX_RETRIES),
     "ssl": one_of(_SSL_MODES),
@@ -123,9 +121,7 @@ def parse_mysql_url(url: str) -> MySQLTarget:
     """The target of a ``mysql://`` or ``mariadb://`` URL. Query options: the fields of
     `MySQLTarget` after ``database`` (``ssl`` also takes false and true; ``unix_socket``
     is used instead of host and port; ``deadlock_retries`` is 0..100)."""
-    parts = urlsplit(url)
-    if parts.scheme.lower() not in SCHEMES:
-        raise InvalidArgumentError(f"not a MySQL URL: {redacted(url)!r}")
+    parts = split(url, SCHEMES, "MySQL")
     database = unquote(parts.path.lstrip("/"))
     if not DATABASE_NAME.fullmatch(database):
         raise InvalidArgumentError(

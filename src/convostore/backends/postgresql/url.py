@@ -14,10 +14,10 @@ from typing import Final
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from convostore.backends.urls import (
+    POOL_OPTIONS,
     Parse,
     check_pool,
-    redacted,
-    seconds,
+    split,
     whole,
     with_options,
 )
@@ -36,7 +36,6 @@ DEFAULT_SCHEMA: Final = "public"
 # The names convostore accepts for its schema: lowercase, unquoted-safe, at most 63
 # bytes (PostgreSQL's limit). Composed into SQL only as `psycopg.sql.Identifier`.
 IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_MAX_POOL_SIZE = 1000
 _MAX_EF_SEARCH = 1000  # pgvector's own limit
 
 
@@ -54,10 +53,8 @@ def _schema(name: str, value: str) -> str:
 # convostore's own options; every other one goes to libpq.
 _OPTIONS: Final[dict[str, Parse]] = {
     "schema": _schema,
-    "pool_min_size": whole(0, _MAX_POOL_SIZE),
-    "pool_max_size": whole(1, _MAX_POOL_SIZE),
+    **POOL_OPTIONS,
     "ef_search": whole(1, _MAX_EF_SEARCH),
-    "pool_timeout": seconds,
 }
 
 
@@ -99,10 +96,7 @@ def parse_postgresql_url(url: str) -> PostgreSQLTarget:
     - ``ef_search``: 1..1000, default 60 (recall@10 0.97 on real text; see
       ``benchmarks/recall.py``).
     """
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in SCHEMES:
-        raise InvalidArgumentError(f"not a PostgreSQL URL: {redacted(url)!r}")
+    parts = split(url, SCHEMES, "PostgreSQL")
     passed_on: list[tuple[str, str]] = []
     target = with_options(
         PostgreSQLTarget(""), parts.query, _OPTIONS, "the PostgreSQL URL", passed_on

@@ -22,9 +22,9 @@ Parameters = Mapping[str, Any]
 class SQLBackend(Backend):
     """A `Backend` on a SQL database. A subclass sets ``statements`` (the shared
     statements in its dialect) and gives the I/O: `_fetch_all`, `_changed` and
-    `_returning`. What it still implements itself are the writes whose statements are
-    its own (inserts, upserts, the append, the metadata index), reads of the log and
-    search, and `open` / `close`."""
+    `_returning`. What it still implements itself (mostly by running the shared steps
+    of `convostore.backends.sql`: writes, reads, appends, embeddings, search) are the
+    writes, reads of the log, search, and `open` / `close`."""
 
     statements: Statements
 
