@@ -195,18 +195,21 @@ class ConnectionWorker:
         (False, None), with nothing done, if the thread or another process is writing."""
         if not self._jobs.empty() or not self._lock.acquire(blocking=False):
             return False, None
-        started = time.perf_counter()
         try:
             connection = self._connection
             if connection is None:  # Closed meanwhile: the thread says so.
                 return False, None
+            started = time.perf_counter()
             try:
                 result = inline_write(connection, fn, args)
             except WriteLockBusy:
-                return False, None
+                return False, None  # Nothing ran: nothing to pace.
+            except BaseException:
+                self._pace(time.perf_counter() - started)
+                raise
+            self._pace(time.perf_counter() - started)
         finally:
             self._lock.release()
-            self._pace(time.perf_counter() - started)
         self.inline_writes += 1
         self._since_checkpoint += 1
         if self._since_checkpoint >= INLINE_CHECKPOINT_EVERY:
