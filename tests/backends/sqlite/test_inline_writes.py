@@ -150,16 +150,23 @@ def test_slow_inline_writes_send_the_next_writes_to_the_thread(
 ) -> None:
     monkeypatch.setattr(worker_module, "INLINE_LIMIT_S", INLINE_LIMIT_S)
     worker = ConnectionWorker("w", "here", lambda: sqlite3.connect(":memory:"), 1, inline=True)
-    fast, slow = INLINE_LIMIT_S / 4, INLINE_LIMIT_S * 3
+    fast, slow = INLINE_LIMIT_S / 4, INLINE_LIMIT_S * 30
     for _ in range(100):
         worker._pace(fast)
-    # One slow write among fast ones (a checkpoint, say) moves the average a little.
-    worker._pace(slow)
+    # A slow write now and then (the disk busy for a moment) stops nothing.
+    for _ in range(10):
+        worker._pace(slow)
+        for _ in range(3):
+            worker._pace(fast)
     assert worker._skip_inline == 0
-    # Writes that stay slow stop inline writes for a while, longer each time the probe
-    # after the pause is slow too, and no longer once one is fast.
+    # Once half of the last 16 are slow, writes go through the thread for a while,
+    # longer each time the probe after the pause is slow too, and no longer once one
+    # is fast.
+    slow_ones = 0
     while worker._skip_inline == 0:
         worker._pace(slow)
+        slow_ones += 1
+    assert slow_ones <= 8
     assert worker._skip_inline == INLINE_PAUSE
     worker._skip_inline = 0
     worker._pace(slow)
@@ -167,6 +174,8 @@ def test_slow_inline_writes_send_the_next_writes_to_the_thread(
     worker._skip_inline = 0
     worker._pace(fast)
     assert worker._skip_inline == 0
-    while worker._skip_inline == 0:
+    for _ in range(7):
         worker._pace(slow)
+    assert worker._skip_inline == 0
+    worker._pace(slow)
     assert worker._skip_inline == INLINE_PAUSE

@@ -12,12 +12,14 @@ commit is durable.
 
 A writer (one thread) may also write inline: a small write (its caller says so) that
 finds nothing else queued or running, and no other task about to write, runs on the
-caller's own thread under the
-connection's lock, which saves the two thread hops that cost more than the write's
-statements. It blocks the caller's event loop while it runs, so it is done only while inline
-writes take under `INLINE_LIMIT_S` on average (fsync included): once they take longer,
-the next writes go through the thread again (`INLINE_PAUSE` of them, doubling while the
-probes stay slow). A write whose lock another process holds goes through the thread,
+caller's own thread under the connection's lock, which saves the two thread hops that
+cost more than the write's statements. It blocks the caller's event loop while it runs,
+so it is done only while inline writes are quick: once half of the last 16 took over
+`INLINE_LIMIT_S` (fsync included), the next writes go through the thread again
+(`INLINE_PAUSE` of them, doubling while the inline write that probes after a pause is
+slow too). A rare slow write (the disk busy for a moment) does not stop them: it would
+have kept its caller waiting as long through the thread. A write whose lock another
+process holds goes through the thread,
 which may wait for it; and the WAL is checkpointed on the thread every
 `INLINE_CHECKPOINT_EVERY` inline writes, so that the checkpoint SQLite would otherwise
 run at the end of some commit does not stall the loop.
@@ -57,14 +59,13 @@ Ts = TypeVarTuple("Ts")
 
 _log = logging.getLogger(__name__)
 
-# The longest inline writes may take on average (a moving average over about the last
-# 16, fsync included) before writes go through the thread again; and how many go
-# through it before the next inline probe (doubled after each slow probe, up to
-# `_INLINE_PAUSE_MAX`).
+# An inline write slower than this (fsync included) is slow; once half of the last
+# `_PACED` are, writes go through the thread again, this many before the next inline
+# probe (doubled after each slow probe, up to `_INLINE_PAUSE_MAX`).
 INLINE_LIMIT_S: Final = 0.001
 INLINE_PAUSE: Final = 64
-_INLINE_PAUSE_MAX: Final = 8192
-_AVERAGE_WEIGHT: Final = 1 / 16
+_INLINE_PAUSE_MAX: Final = 1024
+_PACED: Final = 16
 # Inline writes between two checkpoints on the thread: with a few pages a write, under
 # the 1,000 pages at which SQLite would checkpoint at the end of a commit.
 INLINE_CHECKPOINT_EVERY: Final = 128
@@ -133,7 +134,8 @@ class ConnectionWorker:
         self._arrivals = 0
         self._skip_inline = 0
         self._pause = INLINE_PAUSE
-        self._average_s = 0.0
+        self._slow = 0  # a bit per inline write of the last _PACED, 1 for a slow one
+        self._probing = False
         self._since_checkpoint = 0
         self.inline_writes = 0
 
@@ -193,18 +195,21 @@ class ConnectionWorker:
         (False, None), with nothing done, if the thread or another process is writing."""
         if not self._jobs.empty() or not self._lock.acquire(blocking=False):
             return False, None
-        started = time.perf_counter()
         try:
             connection = self._connection
             if connection is None:  # Closed meanwhile: the thread says so.
                 return False, None
+            started = time.perf_counter()
             try:
                 result = inline_write(connection, fn, args)
             except WriteLockBusy:
-                return False, None
+                return False, None  # Nothing ran: nothing to pace.
+            except BaseException:
+                self._pace(time.perf_counter() - started)
+                raise
+            self._pace(time.perf_counter() - started)
         finally:
             self._lock.release()
-            self._pace(time.perf_counter() - started)
         self.inline_writes += 1
         self._since_checkpoint += 1
         if self._since_checkpoint >= INLINE_CHECKPOINT_EVERY:
@@ -216,17 +221,23 @@ class ConnectionWorker:
         return True, result
 
     def _pace(self, elapsed: float) -> None:
-        if self._skip_inline == 0 and self._average_s == 0.0:
-            self._average_s = elapsed  # The first inline write, or the first after a pause.
-        else:
-            self._average_s += (elapsed - self._average_s) * _AVERAGE_WEIGHT
-        if self._average_s <= INLINE_LIMIT_S:
-            self._pause = INLINE_PAUSE
+        slow = elapsed > INLINE_LIMIT_S
+        if self._probing:
+            # The first inline write after a pause is judged on its own.
+            self._probing = slow
+            if slow:
+                self._stop_inline()
+            else:
+                self._slow, self._pause = 0, INLINE_PAUSE
             return
+        self._slow = ((self._slow << 1) | slow) & ((1 << _PACED) - 1)
+        if 2 * self._slow.bit_count() >= _PACED:
+            self._probing = True
+            self._stop_inline()
+
+    def _stop_inline(self) -> None:
         self._skip_inline = self._pause
         self._pause = min(2 * self._pause, _INLINE_PAUSE_MAX)
-        # The next probe is judged on its own time.
-        self._average_s = 0.0
 
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         if not self._accepting:
