@@ -16,9 +16,11 @@ import pytest
 
 import convostore
 from convostore import EventWrite, MessageWrite, Role, Store
+from convostore.backends.sqlite import inline as inline_module
 from convostore.backends.sqlite import worker as worker_module
 from convostore.backends.sqlite.connection import Outcome, Write, in_group_transaction
-from convostore.backends.sqlite.worker import INLINE_LIMIT_S, INLINE_PAUSE, ConnectionWorker
+from convostore.backends.sqlite.inline import INLINE_LIMIT_S, INLINE_PAUSE, Pacer
+from convostore.backends.sqlite.worker import ConnectionWorker
 from tests.backends.sqlite.support import ADA, db_url, raw_rows, sqlite_of
 
 
@@ -26,7 +28,7 @@ from tests.backends.sqlite.support import ADA, db_url, raw_rows, sqlite_of
 def never_slow(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about where writes run, not about timing: however slow the
     machine, no write is too slow to run inline (the pacing has its own test)."""
-    monkeypatch.setattr(worker_module, "INLINE_LIMIT_S", 3600.0)
+    monkeypatch.setattr(inline_module, "INLINE_LIMIT_S", 3600.0)
 
 
 def inline_writes(store: Store) -> int:
@@ -145,37 +147,39 @@ async def test_the_wal_is_checkpointed_on_the_writer_thread(
     assert all(name.startswith("convostore-sqlite-writer") for name in threads)
 
 
-def test_slow_inline_writes_send_the_next_writes_to_the_thread(
+def test_slow_inline_operations_send_the_next_ones_to_the_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(worker_module, "INLINE_LIMIT_S", INLINE_LIMIT_S)
-    worker = ConnectionWorker("w", "here", lambda: sqlite3.connect(":memory:"), 1, inline=True)
+    monkeypatch.setattr(inline_module, "INLINE_LIMIT_S", INLINE_LIMIT_S)
+    pacer = Pacer()
     fast, slow = INLINE_LIMIT_S / 4, INLINE_LIMIT_S * 30
     for _ in range(100):
-        worker._pace(fast)
-    # A slow write now and then (the disk busy for a moment) stops nothing.
+        pacer.record(fast)
+    # A slow one now and then (the disk busy for a moment) stops nothing.
     for _ in range(10):
-        worker._pace(slow)
+        pacer.record(slow)
         for _ in range(3):
-            worker._pace(fast)
-    assert worker._skip_inline == 0
-    # Once half of the last 16 are slow, writes go through the thread for a while,
-    # longer each time the probe after the pause is slow too, and no longer once one
-    # is fast.
+            pacer.record(fast)
+    assert pacer.paused == 0
+    # Once half of the last 16 are slow, the next ones go through the threads for a
+    # while, longer each time the probe after the pause is slow too, and no longer once
+    # one is fast.
     slow_ones = 0
-    while worker._skip_inline == 0:
-        worker._pace(slow)
+    while pacer.paused == 0:
+        pacer.record(slow)
         slow_ones += 1
     assert slow_ones <= 8
-    assert worker._skip_inline == INLINE_PAUSE
-    worker._skip_inline = 0
-    worker._pace(slow)
-    assert worker._skip_inline == 2 * INLINE_PAUSE
-    worker._skip_inline = 0
-    worker._pace(fast)
-    assert worker._skip_inline == 0
+    assert pacer.paused == INLINE_PAUSE
+    assert [pacer.allows() for _ in range(INLINE_PAUSE)] == [False] * INLINE_PAUSE
+    assert pacer.allows()
+    pacer.record(slow)
+    assert pacer.paused == 2 * INLINE_PAUSE
+    while not pacer.allows():
+        pass
+    pacer.record(fast)
+    assert pacer.paused == 0
     for _ in range(7):
-        worker._pace(slow)
-    assert worker._skip_inline == 0
-    worker._pace(slow)
-    assert worker._skip_inline == INLINE_PAUSE
+        pacer.record(slow)
+    assert pacer.paused == 0
+    pacer.record(slow)
+    assert pacer.paused == INLINE_PAUSE

@@ -23,6 +23,7 @@ __all__ = [
     "in_read_snapshot",
     "in_write_transaction",
     "inline_write",
+    "lock_held",
     "open_connection",
 ]
 
@@ -148,10 +149,15 @@ def inline_write(
     try:
         connection.execute(BEGIN_IMMEDIATE)
     except sqlite3.OperationalError as error:
-        if getattr(error, "sqlite_errorcode", 0) & 0xFF in _LOCK_HELD:
+        if lock_held(error):
             raise WriteLockBusy from error
         raise
     return _commit_begun(connection, fn, args)
+
+
+def lock_held(error: sqlite3.OperationalError) -> bool:
+    """Whether ``error`` says another connection holds a lock this one needs."""
+    return getattr(error, "sqlite_errorcode", 0) & 0xFF in _LOCK_HELD
 
 
 # A write of a group, and what came of it: (fn, args) in; (True, result) or (False, error)

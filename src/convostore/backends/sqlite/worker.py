@@ -12,17 +12,11 @@ commit is durable.
 
 A writer (one thread) may also write inline: a small write (its caller says so) that
 finds nothing else queued or running, and no other task about to write, runs on the
-caller's own thread under the connection's lock, which saves the two thread hops that
-cost more than the write's statements. It blocks the caller's event loop while it runs,
-so it is done only while inline writes are quick: once half of the last 16 took over
-`INLINE_LIMIT_S` (fsync included), the next writes go through the thread again
-(`INLINE_PAUSE` of them, doubling while the inline write that probes after a pause is
-slow too). A rare slow write (the disk busy for a moment) does not stop them: it would
-have kept its caller waiting as long through the thread. A write whose lock another
-process holds goes through the thread,
-which may wait for it; and the WAL is checkpointed on the thread every
-`INLINE_CHECKPOINT_EVERY` inline writes, so that the checkpoint SQLite would otherwise
-run at the end of some commit does not stall the loop.
+caller's own thread under the connection's lock, paced as `inline` says. A write whose
+lock another process holds goes through the thread, which may wait for it; and the WAL
+is checkpointed on the thread every `INLINE_CHECKPOINT_EVERY` inline writes, so that
+the checkpoint SQLite would otherwise run at the end of some commit does not stall the
+loop.
 """
 
 from __future__ import annotations
@@ -45,27 +39,17 @@ from convostore.backends.sqlite.connection import (
     in_group_transaction,
     inline_write,
 )
-from convostore.errors import (
-    BackendUnavailableError,
-    InvalidArgumentError,
-    StoreClosedError,
-    StoreError,
-)
+from convostore.backends.sqlite.errors import store_error, translate_error
+from convostore.backends.sqlite.inline import Pacer
+from convostore.errors import StoreClosedError
 
-__all__ = ["INLINE_LIMIT_S", "INLINE_PAUSE", "AfterCommit", "ConnectionWorker", "translate_error"]
+__all__ = ["AfterCommit", "ConnectionWorker", "translate_error"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
 _log = logging.getLogger(__name__)
 
-# An inline write slower than this (fsync included) is slow; once half of the last
-# `_PACED` are, writes go through the thread again, this many before the next inline
-# probe (doubled after each slow probe, up to `_INLINE_PAUSE_MAX`).
-INLINE_LIMIT_S: Final = 0.001
-INLINE_PAUSE: Final = 64
-_INLINE_PAUSE_MAX: Final = 1024
-_PACED: Final = 16
 # Inline writes between two checkpoints on the thread: with a few pages a write, under
 # the 1,000 pages at which SQLite would checkpoint at the end of a commit.
 INLINE_CHECKPOINT_EVERY: Final = 128
@@ -132,10 +116,7 @@ class ConnectionWorker:
         self._connection: sqlite3.Connection | None = None
         self._restore_wait = ""
         self._arrivals = 0
-        self._skip_inline = 0
-        self._pause = INLINE_PAUSE
-        self._slow = 0  # a bit per inline write of the last _PACED, 1 for a slow one
-        self._probing = False
+        self.pacer = Pacer()
         self._since_checkpoint = 0
         self.inline_writes = 0
 
@@ -173,21 +154,19 @@ class ConnectionWorker:
         """``fn(connection, *args)`` as one transaction, all of it or none, answered once
         it is committed and durable; writes queued at the same time commit together. A
         ``small`` write (a bounded one: a few rows, no scan) may run inline."""
-        if small and self._inline and self._accepting:
-            if self._skip_inline:
-                self._skip_inline -= 1
-            elif self._jobs.empty():
-                arrival = self._arrivals = self._arrivals + 1
-                # The tasks ready to run go first: a write one of them starts now goes
-                # through the thread with this one, in one group.
-                await asyncio.sleep(0)
-                if self._arrivals == arrival:
-                    try:
-                        ran, result = self._write_inline(fn, args)
-                    except (sqlite3.Error, UnicodeEncodeError) as error:
-                        raise _store_error(error, self.where) from error
-                    if ran:
-                        return result  # type: ignore[no-any-return]
+        inline = small and self._inline and self._accepting
+        if inline and self.pacer.allows() and self._jobs.empty():
+            arrival = self._arrivals = self._arrivals + 1
+            # The tasks ready to run go first: a write one of them starts now goes
+            # through the thread with this one, in one group.
+            await asyncio.sleep(0)
+            if self._arrivals == arrival:
+                try:
+                    ran, result = self._write_inline(fn, args)
+                except (sqlite3.Error, UnicodeEncodeError) as error:
+                    raise store_error(error, self.where) from error
+                if ran:
+                    return result  # type: ignore[no-any-return]
         return await self._submit(fn, args, True)
 
     def _write_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
@@ -205,9 +184,9 @@ class ConnectionWorker:
             except WriteLockBusy:
                 return False, None  # Nothing ran: nothing to pace.
             except BaseException:
-                self._pace(time.perf_counter() - started)
+                self.pacer.record(time.perf_counter() - started)
                 raise
-            self._pace(time.perf_counter() - started)
+            self.pacer.record(time.perf_counter() - started)
         finally:
             self._lock.release()
         self.inline_writes += 1
@@ -220,25 +199,6 @@ class ConnectionWorker:
             self._jobs.put((None, None, after_commit, (), False))
         return True, result
 
-    def _pace(self, elapsed: float) -> None:
-        slow = elapsed > INLINE_LIMIT_S
-        if self._probing:
-            # The first inline write after a pause is judged on its own.
-            self._probing = slow
-            if slow:
-                self._stop_inline()
-            else:
-                self._slow, self._pause = 0, INLINE_PAUSE
-            return
-        self._slow = ((self._slow << 1) | slow) & ((1 << _PACED) - 1)
-        if 2 * self._slow.bit_count() >= _PACED:
-            self._probing = True
-            self._stop_inline()
-
-    def _stop_inline(self) -> None:
-        self._skip_inline = self._pause
-        self._pause = min(2 * self._pause, _INLINE_PAUSE_MAX)
-
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         if not self._accepting:
             raise StoreClosedError(f"{self.where}: the store is closed")
@@ -248,7 +208,7 @@ class ConnectionWorker:
         try:
             return await future
         except (sqlite3.Error, UnicodeEncodeError) as error:
-            raise _store_error(error, self.where) from error
+            raise store_error(error, self.where) from error
 
     async def stop(self) -> None:
         """Finish the jobs queued so far, close each connection in its own thread, end
@@ -411,38 +371,3 @@ def _succeed(future: asyncio.Future[Any], result: Any) -> None:
 def _fail(future: asyncio.Future[Any], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
-
-
-# Primary result codes that mean the database cannot be used as it is now: busy or
-# locked past the timeout, an I/O error, a full disk, or a file that cannot be opened
-# (missing, not readable or writable, not a database). Every other code (a syntax error,
-# a missing table or column, a constraint) is a bug or bad data: a plain StoreError, so
-# that nothing mistakes it for a database that is merely out of reach.
-_UNAVAILABLE_CODES = frozenset(
-    {
-        sqlite3.SQLITE_BUSY,
-        sqlite3.SQLITE_LOCKED,
-        sqlite3.SQLITE_IOERR,
-        sqlite3.SQLITE_FULL,
-        sqlite3.SQLITE_CANTOPEN,
-        sqlite3.SQLITE_READONLY,
-        sqlite3.SQLITE_PERM,
-        sqlite3.SQLITE_NOTADB,
-    }
-)
-
-
-def _store_error(error: sqlite3.Error | UnicodeEncodeError, where: str) -> StoreError:
-    if isinstance(error, UnicodeEncodeError):
-        # sqlite3 cannot bind a string holding a lone surrogate.
-        return InvalidArgumentError(f"text that is not valid Unicode: {error}")
-    return translate_error(error, where)
-
-
-def translate_error(error: sqlite3.Error, where: str) -> StoreError:
-    """The convostore error to raise (``from error``) for a sqlite3 error:
-    `BackendUnavailableError` for the result codes above, else `StoreError`."""
-    code: int | None = getattr(error, "sqlite_errorcode", None)
-    if code is not None and code & 0xFF in _UNAVAILABLE_CODES:
-        return BackendUnavailableError(f"{where}: {error}")
-    return StoreError(f"{where}: {error}")
