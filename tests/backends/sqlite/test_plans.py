@@ -52,8 +52,8 @@ async def traced_store(
     """A store whose connections record every statement they run."""
     statements: list[str] = []
 
-    def tracing(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection:
-        connection = open_connection(target, reader=reader)
+    def tracing(target: SQLiteTarget, *, reader: bool, shared: bool = False) -> sqlite3.Connection:
+        connection = open_connection(target, reader=reader, shared=shared)
         connection.set_trace_callback(statements.append)
         return connection
 

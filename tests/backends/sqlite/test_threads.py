@@ -31,6 +31,7 @@ from convostore import (
 from convostore.backends.sqlite import SQLiteBackend
 from convostore.backends.sqlite import backend as sqlite_backend_module
 from convostore.backends.sqlite import search as sqlite_search
+from convostore.backends.sqlite.inline import InlineReader
 from convostore.backends.sqlite.worker import ConnectionWorker
 from tests.backends.sqlite.support import (
     ADA,
@@ -87,10 +88,19 @@ async def test_every_operation_is_one_thread_hop(
             hops.append(f"inline {getattr(fn, '__name__', repr(fn))}")
         return ran, result
 
-    # Reads (`run`) and writes (`transact`) go through `_submit`, or a small write runs
-    # inline: either is one trip to the database.
+    original_read = InlineReader.read
+
+    def counting_read(reader: InlineReader, fn: Any, args: tuple[Any, ...]) -> Any:
+        ran, result = original_read(reader, fn, args)
+        if ran:
+            hops.append(f"inline {getattr(fn, '__name__', repr(fn))}")
+        return ran, result
+
+    # Reads (`run`) and writes (`transact`) go through `_submit`, or a small write or
+    # read runs inline: either is one trip to the database.
     monkeypatch.setattr(ConnectionWorker, "_submit", counting_submit)
     monkeypatch.setattr(ConnectionWorker, "_write_inline", counting_inline)
+    monkeypatch.setattr(InlineReader, "read", counting_read)
 
     async def hops_of(call: Awaitable[Any]) -> int:
         hops.clear()

@@ -42,6 +42,11 @@ class SQLBackend(Backend):
         rows = await self._fetch_all(statement, parameters)
         return rows[0] if rows else None
 
+    async def _fetch_by_key(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        """`_fetch_one` for a statement that reads one row by its primary key: the
+        cheapest read there is, which a backend may run where it costs least."""
+        return await self._fetch_one(statement, parameters)
+
     @abc.abstractmethod
     async def _changed(self, statement: str, parameters: Parameters) -> int:
         """Run one writing statement as its own transaction; how many rows it changed
@@ -65,11 +70,11 @@ class SQLBackend(Backend):
     # ---------------------------------------------------------------- users and sessions
 
     async def get_user(self, user_id: str) -> User | None:
-        row = await self._fetch_one(self.statements.select_user, {"id": user_id})
+        row = await self._fetch_by_key(self.statements.select_user, {"id": user_id})
         return None if row is None else self.rows.user(row)
 
     async def get_session(self, session_id: str) -> Session | None:
-        row = await self._fetch_one(self.statements.select_session, {"id": session_id})
+        row = await self._fetch_by_key(self.statements.select_session, {"id": session_id})
         return None if row is None else self.rows.session(row)
 
     async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
@@ -142,7 +147,7 @@ class SQLBackend(Backend):
     # ---------------------------------------------------------------- the log
 
     async def version(self, session_id: str) -> int:
-        row = await self._fetch_one(self.statements.session_version, {"id": session_id})
+        row = await self._fetch_by_key(self.statements.session_version, {"id": session_id})
         return 0 if row is None else int(row[0])
 
     async def set_narration(

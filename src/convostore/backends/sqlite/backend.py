@@ -17,6 +17,7 @@ from convostore.backends.sqlite.connection import (
     open_connection,
 )
 from convostore.backends.sqlite.event_cache import EventCache
+from convostore.backends.sqlite.inline import InlineReader
 from convostore.backends.sqlite.operations import (
     read_all,
     read_events,
@@ -99,7 +100,7 @@ class SQLiteBackend(SQLBackend):
         self._writer = ConnectionWorker(
             "convostore-sqlite-writer",
             where,
-            functools.partial(open_connection, target, reader=False),
+            functools.partial(open_connection, target, reader=False, shared=True),
             threads=1,
             after_commit=self._text_indexer,
             inline=True,
@@ -129,6 +130,9 @@ class SQLiteBackend(SQLBackend):
                 threads=SEARCH_THREADS,
             )
         )
+        # Bounded reads (a window, a row by key) run on the caller's thread on a
+        # connection of their own, where a thread hop would cost more than the read.
+        self._inline_reader = None if target.in_memory else InlineReader(where)
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -146,6 +150,9 @@ class SQLiteBackend(SQLBackend):
             if backend._readers is not backend._writer:
                 await backend._readers.start()
                 await backend._searchers.start()
+            if backend._inline_reader is not None:
+                shared = await backend._readers.run(_open_shared_reader, target)
+                backend._inline_reader.open(shared)
         except BaseException:
             await backend.close()  # Stops whichever threads started; the rest is a no-op.
             raise
@@ -169,9 +176,13 @@ class SQLiteBackend(SQLBackend):
         )
 
     def release_when_dropped(self) -> Callable[[], None]:
-        return functools.partial(_abandon, self._writer, self._readers, self._searchers)
+        return functools.partial(
+            _abandon, self._writer, self._readers, self._searchers, self._inline_reader
+        )
 
     async def close(self) -> None:
+        if self._inline_reader is not None:
+            self._inline_reader.close()
         if self._readers is not self._writer:
             await self._searchers.stop()
             await self._readers.stop()
@@ -188,6 +199,15 @@ class SQLiteBackend(SQLBackend):
 
     async def _fetch_all(self, statement: str, parameters: Parameters) -> list[Sequence[Any]]:
         return await self._readers.run(read_all, statement, parameters)
+
+    async def _fetch_by_key(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
+        rows: list[Sequence[Any]]
+        if self._inline_reader is not None:
+            ran, rows = self._inline_reader.read(read_all, (statement, parameters))
+            if ran:
+                return rows[0] if rows else None
+        rows = await self._readers.run(read_all, statement, parameters)
+        return rows[0] if rows else None
 
     async def _changed(self, statement: str, parameters: Parameters) -> int:
         return await self._write(write_changed, statement, parameters)
@@ -229,6 +249,10 @@ class SQLiteBackend(SQLBackend):
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         cache = self._event_cache
+        if self._inline_reader is not None and _is_small_window(event_filter):
+            ran, events = self._inline_reader.read(read_events, (cache, session_id, event_filter))
+            if ran:
+                return events  # type: ignore[no-any-return]
         if not event_filter.active_view:
             # One statement sees one snapshot without a transaction around it, and the
             # read falls back to one statement where its two would see different ones.
@@ -301,6 +325,21 @@ def _is_small(append: PreparedAppend) -> bool:
     return size <= INLINE_CHARACTERS
 
 
+# The largest window read inline: the newest n events and their turn's start, with no
+# other condition (a condition may make the read scan far back for its matches).
+INLINE_WINDOW: Final = 100
+
+
+def _is_small_window(event_filter: EventFilter) -> bool:
+    last = event_filter.last
+    return last is not None and last <= INLINE_WINDOW and event_filter == EventFilter(last=last)
+
+
+def _open_shared_reader(_: sqlite3.Connection, target: SQLiteTarget) -> sqlite3.Connection:
+    """A reader's connection for `InlineReader`, opened on a reader thread."""
+    return open_connection(target, reader=True, shared=True)
+
+
 def _require_directory(path: str) -> None:
     """SQLite would create the file, not its directory: say which is missing."""
     directory = os.path.dirname(os.path.abspath(path))
@@ -311,8 +350,13 @@ def _require_directory(path: str) -> None:
 
 
 def _abandon(
-    writer: ConnectionWorker, readers: ConnectionWorker, searchers: ConnectionWorker
+    writer: ConnectionWorker,
+    readers: ConnectionWorker,
+    searchers: ConnectionWorker,
+    inline_reader: InlineReader | None,
 ) -> None:
+    if inline_reader is not None:
+        inline_reader.close()
     searchers.abandon()
     readers.abandon()
     writer.abandon()

@@ -76,17 +76,18 @@ def tokens(content: str | None) -> str | None:
     return None if content is None else " ".join(text_tokens(content))
 
 
-def open_connection(target: SQLiteTarget, *, reader: bool) -> sqlite3.Connection:
+def open_connection(
+    target: SQLiteTarget, *, reader: bool, shared: bool = False
+) -> sqlite3.Connection:
     """A connection set up as every connection of a store is. Transactions are explicit
-    (``isolation_level=None``); a reader's connection refuses to write."""
+    (``isolation_level=None``); a reader's connection refuses to write. A ``shared``
+    one is used by more than one thread, one at a time under a lock of its user's."""
     connection = sqlite3.connect(
         target.path,
         timeout=target.busy_timeout_ms / 1000,
         isolation_level=None,
         cached_statements=CACHED_STATEMENTS,
-        # The writer's connection is also used, under its worker's lock, by the thread
-        # that writes inline (`inline_write`); a reader's stays on its own thread.
-        check_same_thread=reader,
+        check_same_thread=not shared,
     )
     try:
         connection.create_function(CONTAINS_FUNCTION, 2, contains, deterministic=True)
