@@ -157,9 +157,10 @@ class ConnectionWorker:
         inline = small and self._inline and self._accepting
         if inline and self.pacer.allows() and self._jobs.empty():
             arrival = self._arrivals = self._arrivals + 1
-            # The tasks ready to run go first: a write one of them starts now goes
-            # through the thread with this one, in one group.
-            await asyncio.sleep(0)
+            if _others_ready():
+                # The tasks ready to run go first: a write one of them starts now goes
+                # through the thread with this one, in one group.
+                await asyncio.sleep(0)
             if self._arrivals == arrival:
                 try:
                     ran, result = self._write_inline(fn, args)
@@ -315,6 +316,14 @@ class ConnectionWorker:
         else:
             _reply(job_loop, _succeed, future, result)
         return None
+
+
+def _others_ready() -> bool:
+    """Whether another callback of the running loop is ready to run (and so might start
+    a write before this one's inline write ends). Read from asyncio's own loop, whose
+    ready queue is a private field; any other loop is taken to have one."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is None or len(ready) > 0
 
 
 def _checkpoint(connection: sqlite3.Connection) -> None:
