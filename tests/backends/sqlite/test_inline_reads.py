@@ -28,7 +28,7 @@ def contents(events: list[Event]) -> list[str]:
 def inline_reads(store: Store) -> int:
     reader = sqlite_of(store)._inline_reader
     assert reader is not None
-    return reader.reads
+    return reader.ran
 
 
 async def test_windows_and_rows_by_key_are_read_inline(store: Store) -> None:

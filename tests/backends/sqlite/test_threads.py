@@ -31,7 +31,7 @@ from convostore import (
 from convostore.backends.sqlite import SQLiteBackend
 from convostore.backends.sqlite import backend as sqlite_backend_module
 from convostore.backends.sqlite import search as sqlite_search
-from convostore.backends.sqlite.inline import InlineReader
+from convostore.backends.sqlite.inline import InlineConnection
 from convostore.backends.sqlite.worker import ConnectionWorker
 from tests.backends.sqlite.support import (
     ADA,
@@ -74,7 +74,7 @@ async def test_every_operation_is_one_thread_hop(
 ) -> None:
     hops: list[str] = []
     original_submit = ConnectionWorker._submit
-    original_inline = ConnectionWorker._write_inline
+    original_run = InlineConnection.run
 
     async def counting_submit(
         worker: ConnectionWorker, fn: Any, args: tuple[Any, ...], write: bool
@@ -82,16 +82,8 @@ async def test_every_operation_is_one_thread_hop(
         hops.append(getattr(fn, "__name__", repr(fn)))
         return await original_submit(worker, fn, args, write)
 
-    def counting_inline(worker: ConnectionWorker, fn: Any, args: tuple[Any, ...]) -> Any:
-        ran, result = original_inline(worker, fn, args)
-        if ran:
-            hops.append(f"inline {getattr(fn, '__name__', repr(fn))}")
-        return ran, result
-
-    original_read = InlineReader.read
-
-    def counting_read(reader: InlineReader, fn: Any, args: tuple[Any, ...]) -> Any:
-        ran, result = original_read(reader, fn, args)
+    def counting_run(inline: InlineConnection, fn: Any, args: tuple[Any, ...]) -> Any:
+        ran, result = original_run(inline, fn, args)
         if ran:
             hops.append(f"inline {getattr(fn, '__name__', repr(fn))}")
         return ran, result
@@ -99,8 +91,7 @@ async def test_every_operation_is_one_thread_hop(
     # Reads (`run`) and writes (`transact`) go through `_submit`, or a small write or
     # read runs inline: either is one trip to the database.
     monkeypatch.setattr(ConnectionWorker, "_submit", counting_submit)
-    monkeypatch.setattr(ConnectionWorker, "_write_inline", counting_inline)
-    monkeypatch.setattr(InlineReader, "read", counting_read)
+    monkeypatch.setattr(InlineConnection, "run", counting_run)
 
     async def hops_of(call: Awaitable[Any]) -> int:
         hops.clear()

@@ -17,7 +17,7 @@ from convostore.backends.sqlite.connection import (
     open_connection,
 )
 from convostore.backends.sqlite.event_cache import EventCache
-from convostore.backends.sqlite.inline import InlineReader
+from convostore.backends.sqlite.inline import InlineConnection
 from convostore.backends.sqlite.operations import (
     read_all,
     read_events,
@@ -132,7 +132,7 @@ class SQLiteBackend(SQLBackend):
         )
         # Bounded reads (a window, a row by key) run on the caller's thread on a
         # connection of their own, where a thread hop would cost more than the read.
-        self._inline_reader = None if target.in_memory else InlineReader(where)
+        self._inline_reader = None if target.in_memory else InlineConnection(where)
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -202,12 +202,19 @@ class SQLiteBackend(SQLBackend):
 
     async def _fetch_by_key(self, statement: str, parameters: Parameters) -> Sequence[Any] | None:
         rows: list[Sequence[Any]]
-        if self._inline_reader is not None:
-            ran, rows = self._inline_reader.read(read_all, (statement, parameters))
-            if ran:
-                return rows[0] if rows else None
-        rows = await self._readers.run(read_all, statement, parameters)
+        ran, rows = self._read_inline(read_all, statement, parameters)
+        if not ran:
+            rows = await self._readers.run(read_all, statement, parameters)
         return rows[0] if rows else None
+
+    def _read_inline(self, fn: Callable[[Any, *Ts], T], *args: *Ts) -> tuple[bool, T]:
+        """(True, ``fn(connection, *args)``) if it ran inline (see `inline`); else
+        (False, None), and the caller reads through the reader threads."""
+        reader = self._inline_reader
+        if reader is None or not reader.pacer.allows():
+            return False, None  # type: ignore[return-value]
+        ran, result = reader.run(fn, args)
+        return ran, result
 
     async def _changed(self, statement: str, parameters: Parameters) -> int:
         return await self._write(write_changed, statement, parameters)
@@ -249,10 +256,10 @@ class SQLiteBackend(SQLBackend):
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         cache = self._event_cache
-        if self._inline_reader is not None and _is_small_window(event_filter):
-            ran, events = self._inline_reader.read(read_events, (cache, session_id, event_filter))
+        if _is_small_window(event_filter):
+            ran, events = self._read_inline(read_events, cache, session_id, event_filter)
             if ran:
-                return events  # type: ignore[no-any-return]
+                return events
         if not event_filter.active_view:
             # One statement sees one snapshot without a transaction around it, and the
             # read falls back to one statement where its two would see different ones.
@@ -336,7 +343,7 @@ def _is_small_window(event_filter: EventFilter) -> bool:
 
 
 def _open_shared_reader(_: sqlite3.Connection, target: SQLiteTarget) -> sqlite3.Connection:
-    """A reader's connection for `InlineReader`, opened on a reader thread."""
+    """A reader's connection for `InlineConnection`, opened on a reader thread."""
     return open_connection(target, reader=True, shared=True)
 
 
@@ -353,7 +360,7 @@ def _abandon(
     writer: ConnectionWorker,
     readers: ConnectionWorker,
     searchers: ConnectionWorker,
-    inline_reader: InlineReader | None,
+    inline_reader: InlineConnection | None,
 ) -> None:
     if inline_reader is not None:
         inline_reader.close()

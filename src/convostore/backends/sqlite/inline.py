@@ -2,8 +2,9 @@
 
 A thread hop to a worker and back costs more here than a small write's statements or a
 window read's (about 100-150 µs against 30). So a small write runs inline when the
-writer is idle (`worker.ConnectionWorker.transact`), and a small read runs inline on a
-connection of its own (`InlineReader`). Either blocks the caller's event loop while it
+writer is idle (`worker.ConnectionWorker.transact`, on the writer's connection), and a
+small read runs inline on a read-only connection of its own; each is an
+`InlineConnection`. Either blocks the caller's event loop while it
 runs, so each is paced (`Pacer`): once half of the last `PACED` took over
 `INLINE_LIMIT_S`, the next `INLINE_PAUSE` go through the threads again, doubling while
 the operation that probes after a pause is slow too, up to `INLINE_PAUSE_MAX`. A rare
@@ -19,10 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from convostore.backends.sqlite.connection import NO_BUSY_WAIT, lock_held
+from convostore.backends.sqlite.connection import NO_BUSY_WAIT, WriteLockBusy, lock_held
 from convostore.backends.sqlite.errors import store_error
 
-__all__ = ["INLINE_LIMIT_S", "INLINE_PAUSE", "InlineReader", "Pacer"]
+__all__ = ["INLINE_LIMIT_S", "INLINE_PAUSE", "InlineConnection", "Pacer"]
 
 INLINE_LIMIT_S: Final = 0.001
 INLINE_PAUSE: Final = 64
@@ -74,52 +75,64 @@ class Pacer:
         self._pause = min(2 * self._pause, INLINE_PAUSE_MAX)
 
 
-class InlineReader:
-    """A read-only connection of its own that bounded reads use on the caller's thread,
-    one at a time (a read that finds it in use, from another event loop's thread, goes
-    through the reader threads instead). It never waits for a lock: a read that would
-    is answered by the threads, which may wait."""
+class InlineConnection:
+    """A connection that bounded operations use on the caller's thread, one at a time
+    under `lock` (an operation that finds it held, or the connection closed, is not run
+    and goes through the threads). The connection rests with no busy timeout, so an
+    operation never waits here for another connection's lock: one that meets it (a
+    `WriteLockBusy`, or a busy or locked result) is not run either. A writer's thread
+    uses the same connection under the same lock (see `worker.ConnectionWorker`)."""
 
     def __init__(self, where: str) -> None:
         self.where = where
         self.pacer = Pacer()
-        self.reads = 0
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
+        self.ran = 0
         self._connection: sqlite3.Connection | None = None
 
     def open(self, connection: sqlite3.Connection) -> None:
-        """Take ``connection`` (opened to be shared between threads) for inline reads."""
+        """Take ``connection`` (opened to be shared between threads)."""
         connection.execute(NO_BUSY_WAIT)
         self._connection = connection
 
+    def forget(self) -> None:
+        """Stop using the connection (its owner closes it; the caller holds `lock`)."""
+        self._connection = None
+
     def close(self) -> None:
-        """Close the connection; later reads go through the threads. Harmless twice."""
-        with self._lock:
+        """Close the connection; later operations go through the threads. Harmless
+        twice."""
+        with self.lock:
             connection, self._connection = self._connection, None
         if connection is not None:
             connection.close()
 
-    def read(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+    def run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
         """(True, ``fn(connection, *args)``) if it ran here; (False, None), with nothing
-        done, if it may not run inline now."""
-        if not self.pacer.allows() or not self._lock.acquire(blocking=False):
+        done, if it could not run now. The caller asks `pacer` first."""
+        if not self.lock.acquire(blocking=False):
             return False, None
         try:
             connection = self._connection
             if connection is None:
                 return False, None
-            started = time.perf_counter()
+            started, met_a_lock = time.perf_counter(), False
             try:
                 result = fn(connection, *args)
+            except WriteLockBusy:
+                met_a_lock = True
+                return False, None
             except sqlite3.OperationalError as error:
                 if lock_held(error):
+                    met_a_lock = True
                     return False, None
                 raise store_error(error, self.where) from error
             except (sqlite3.Error, UnicodeEncodeError) as error:
                 raise store_error(error, self.where) from error
             finally:
-                self.pacer.record(time.perf_counter() - started)
+                if not met_a_lock:  # Nothing ran: nothing to pace.
+                    self.pacer.record(time.perf_counter() - started)
         finally:
-            self._lock.release()
-        self.reads += 1
+            self.lock.release()
+        self.ran += 1
         return True, result

@@ -26,7 +26,6 @@ import contextlib
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from queue import Empty, SimpleQueue
 from typing import Any, Final, Protocol, TypeVar, TypeVarTuple
@@ -35,12 +34,11 @@ from convostore.backends.sqlite.connection import (
     MAX_GROUP,
     NO_BUSY_WAIT,
     Outcome,
-    WriteLockBusy,
     in_group_transaction,
     inline_write,
 )
 from convostore.backends.sqlite.errors import store_error, translate_error
-from convostore.backends.sqlite.inline import Pacer
+from convostore.backends.sqlite.inline import InlineConnection
 from convostore.errors import StoreClosedError
 
 __all__ = ["AfterCommit", "ConnectionWorker", "translate_error"]
@@ -111,14 +109,10 @@ class ConnectionWorker:
         self._accepting = False
         # Inline writes: the connection (while open) and the lock every use of it holds,
         # the statement that gives it back its busy timeout, and the pacing.
-        self._inline = inline
-        self._lock = threading.Lock()
-        self._connection: sqlite3.Connection | None = None
+        self._inline = InlineConnection(where) if inline else None
         self._restore_wait = ""
         self._arrivals = 0
-        self.pacer = Pacer()
         self._since_checkpoint = 0
-        self.inline_writes = 0
 
     async def start(self) -> None:
         """Start the threads, each opening its connection; raise if any cannot."""
@@ -154,43 +148,27 @@ class ConnectionWorker:
         """``fn(connection, *args)`` as one transaction, all of it or none, answered once
         it is committed and durable; writes queued at the same time commit together. A
         ``small`` write (a bounded one: a few rows, no scan) may run inline."""
-        inline = small and self._inline and self._accepting
-        if inline and self.pacer.allows() and self._jobs.empty():
+        inline = self._inline if small and self._accepting else None
+        if inline is not None and inline.pacer.allows() and self._jobs.empty():
             arrival = self._arrivals = self._arrivals + 1
             if _others_ready():
                 # The tasks ready to run go first: a write one of them starts now goes
                 # through the thread with this one, in one group.
                 await asyncio.sleep(0)
-            if self._arrivals == arrival:
-                try:
-                    ran, result = self._write_inline(fn, args)
-                except (sqlite3.Error, UnicodeEncodeError) as error:
-                    raise store_error(error, self.where) from error
+            if self._arrivals == arrival and self._jobs.empty():
+                ran, result = inline.run(inline_write, (fn, args))
                 if ran:
+                    self._after_inline_write()
                     return result  # type: ignore[no-any-return]
         return await self._submit(fn, args, True)
 
-    def _write_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
-        """(True, what ``fn`` answered) if it ran here, as one durable transaction;
-        (False, None), with nothing done, if the thread or another process is writing."""
-        if not self._jobs.empty() or not self._lock.acquire(blocking=False):
-            return False, None
-        try:
-            connection = self._connection
-            if connection is None:  # Closed meanwhile: the thread says so.
-                return False, None
-            started = time.perf_counter()
-            try:
-                result = inline_write(connection, fn, args)
-            except WriteLockBusy:
-                return False, None  # Nothing ran: nothing to pace.
-            except BaseException:
-                self.pacer.record(time.perf_counter() - started)
-                raise
-            self.pacer.record(time.perf_counter() - started)
-        finally:
-            self._lock.release()
-        self.inline_writes += 1
+    @property
+    def inline_writes(self) -> int:
+        """How many writes ran inline (for tests and benchmarks)."""
+        return 0 if self._inline is None else self._inline.ran
+
+    def _after_inline_write(self) -> None:
+        """What the thread does after a commit, queued for it after an inline one."""
         self._since_checkpoint += 1
         if self._since_checkpoint >= INLINE_CHECKPOINT_EVERY:
             self._since_checkpoint = 0
@@ -198,7 +176,6 @@ class ConnectionWorker:
         after_commit = self._after_commit
         if after_commit is not None and after_commit.due():
             self._jobs.put((None, None, after_commit, (), False))
-        return True, result
 
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         if not self._accepting:
@@ -237,20 +214,19 @@ class ConnectionWorker:
     def _serve(self, loop: asyncio.AbstractEventLoop, opened: asyncio.Future[None]) -> None:
         try:
             connection = self._open_connection()
-            if self._inline:
+            if self._inline is not None:
                 # At rest the connection never waits for a lock, as an inline write
                 # must not; the thread gives it its busy timeout back for each job.
                 (busy_timeout,) = connection.execute("PRAGMA busy_timeout").fetchone()
                 self._restore_wait = f"PRAGMA busy_timeout = {int(busy_timeout)}"
-                connection.execute(NO_BUSY_WAIT)
-                self._connection = connection
+                self._inline.open(connection)
         except Exception as error:
             _reply(loop, _fail, opened, error)
             return
         _reply(loop, _succeed, opened, None)
         # Only an inline writer shares its connection with other threads.
         lock: contextlib.AbstractContextManager[Any] = (
-            self._lock if self._inline else contextlib.nullcontext()
+            contextlib.nullcontext() if self._inline is None else self._inline.lock
         )
         jobs = self._jobs
         held: _Job | None = None
@@ -258,7 +234,7 @@ class ConnectionWorker:
             job = jobs.get() if held is None else held
             held = None
             with lock:
-                if self._inline and job[2] is not None:
+                if self._inline is not None and job[2] is not None:
                     connection.execute(self._restore_wait)
                     try:
                         held = self._serve_one(connection, job)
@@ -274,7 +250,8 @@ class ConnectionWorker:
         from the queue meanwhile that must run next, if any."""
         future, job_loop, fn, args, write = job
         if fn is None:
-            self._connection = None
+            if self._inline is not None:
+                self._inline.forget()
             try:
                 connection.close()
             finally:
