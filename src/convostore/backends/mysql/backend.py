@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
@@ -20,11 +21,12 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.backends.mysql import native_vectors, search, vector_feed
+from convostore.backends.mysql import native_vectors, vector_feed
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
     DRIVER,
     Connection,
+    check_size,
     in_snapshot,
     is_connection_lost,
     open_pool,
@@ -35,9 +37,10 @@ from convostore.backends.mysql.migrate import (
     prepare_database,
     read_pending_migrations,
 )
-from convostore.backends.mysql.operations import check_size, write_append
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
+from convostore.backends.sql import appends
+from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import AsyncSQLBackend, drive
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.vector_cache import VectorCache
@@ -62,13 +65,19 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     Each primitive takes one connection from asyncmy's pool and runs as one statement
     or one transaction (see `convostore.backends.mysql.connection`). Open it with
     `open`, which creates the database if absent and migrates its schema.
+
+    Vectors are searched as the URL's ``vector_search`` chooses: ``cache``, the shared
+    `VectorCache` brought to the read snapshot through the commit-ordered change feed
+    (`vector_feed`) shortlists the rows, ranked exactly; ``scan``, every vector in scope
+    ranked in the client (`convostore.backends.sql.search`); ``native``, MariaDB
+    11.7+'s graph (`native_vectors`) where it can answer.
     """
 
     statements = sql.STATEMENTS
     driver = DRIVER
     key_statements = sql.KEY_STATEMENTS
     writes = sql.WRITES
-    embeddings = search.EMBEDDINGS
+    embeddings = sql.EMBEDDINGS
 
     def __init__(self, target: MySQLTarget) -> None:
         self.target = target
@@ -211,12 +220,20 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
-        limit = self.facts.max_packet
+        write: tuple[Any, ...] = (vector_feed.append, append)
         if self.server_vectors:
-            return await self._write(
-                vector_feed.append, append, native_vectors.append, write_append, limit
-            )
-        return await self._write(vector_feed.append, append, write_append, limit)
+            write = (*write, native_vectors.append)
+        return await self._write(*write, self._append)
+
+    async def _append(self, connection: Connection, append: PreparedAppend) -> AppendOutcome:
+        """The shared append (`convostore.backends.sql.appends`), its rows no larger than
+        the server takes."""
+
+        def check(rows: Sequence[Sequence[Any]]) -> None:
+            self._check(itertools.chain.from_iterable(rows), "the append")
+
+        write = appends.append(sql.APPENDS, sql.WRITES, append, check)
+        return await drive(DRIVER, connection, write)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         decode = functools.partial(self._event_cache.events, reader=sql.DIALECT.rows)
@@ -230,7 +247,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     # ---------------------------------------------------------------- vectors and text
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
-        await self._run(self._steps, search.EMBEDDINGS.declare_index, spec, replace)
+        await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, replace)
         # A graph of another declaration goes, whoever searches it; this store builds
         # one only if it searches it.
         if self.server_vectors and (replace or self.native_search):
@@ -241,7 +258,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         after the run (`end_reembed`), over every vector at once."""
         if await self.vector_index_spec() == spec:
             return False
-        await self._run(self._steps, search.EMBEDDINGS.declare_index, spec, True)
+        await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, True)
         if self.server_vectors:
             await self._native_graph(replace=True, build=False)
         return True
@@ -258,7 +275,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         ids = [message_id for message_id, _ in vectors]
-        write: tuple[Any, ...] = (self._steps, search.EMBEDDINGS.set_embeddings, model, vectors)
+        write: tuple[Any, ...] = (self._steps, sql.EMBEDDINGS.set_embeddings, model, vectors)
         if self.server_vectors:
             write = (native_vectors.set_embeddings, ids, *write)
         await self._write(vector_feed.set_embeddings, ids, *write)
@@ -266,10 +283,10 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
         if self.native_search:
             graph = functools.partial(native_vectors.search, ef_search=self.ef_search)
-            return await self._snapshot(search.vector_search, query, graph)
+            return await self._snapshot(_vector_search, query, graph)
         cache = self._vector_cache
         if cache is None:
-            return await self._snapshot(search.vector_search, query)
+            return await self._snapshot(_vector_search, query)
         # The cache's turn is taken before the snapshot begins, so the snapshot is never
         # older than the cache; it is given back once the rows are shortlisted.
         async with self._connection() as connection:
@@ -277,14 +294,62 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
             await turn.acquire()
             release = _Once(turn.release)
             try:
-                return await in_snapshot(
-                    connection, search.vector_search, query, None, cache, release
-                )
+                return await in_snapshot(connection, _vector_search, query, None, cache, release)
             finally:
                 release()
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
-        return await self._snapshot(search.text_search, query)
+        return await self._snapshot(_text_search, query)
+
+
+# A native index's search: the k best (row id, score), or None to scan instead.
+NativeSearch = Callable[[Connection, VectorQuery], Awaitable[list[tuple[int, float]] | None]]
+
+
+def _nothing() -> None:
+    pass
+
+
+async def _vector_search(
+    connection: Connection,
+    query: VectorQuery,
+    native: NativeSearch | None = None,
+    cache: VectorCache | None = None,
+    release: Callable[[], None] = _nothing,
+) -> list[SearchHit]:
+    """``native``'s answer where it gives one (see `native_vectors`), else the rows
+    ``cache`` shortlists ranked exactly (``release`` called once they are), else the
+    exact scan; only the k best rows are then read whole."""
+    if native is not None and (found := await native(connection, query)) is not None:
+        return await drive(DRIVER, connection, steps.hits(sql.SEARCH, found))
+    scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
+    shortlisted = None
+    if cache is not None:
+        try:
+            shortlisted = await cache.shortlisted_async(
+                vector_feed.feed(connection),
+                (query.model, len(query.vector)),
+                *(query.vector, query.metric, query.k, *scope),
+            )
+        finally:
+            release()
+    search = steps.vector_search(
+        sql.SEARCH, query.vector, query.metric, query.model, query.k, scope, shortlisted
+    )
+    return await drive(DRIVER, connection, search)
+
+
+async def _text_search(connection: Connection, query: TextQuery) -> list[SearchHit]:
+    scope = query.scope
+    search = steps.text_search(
+        sql.SEARCH,
+        sql.fulltext_query(query.terms),
+        query.k,
+        scope.owner_id,
+        scope.session_id,
+        scope.roles,
+    )
+    return await drive(DRIVER, connection, search)
 
 
 class _Once:

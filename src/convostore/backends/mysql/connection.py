@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 import asyncmy
@@ -41,6 +41,7 @@ from convostore.errors import (
 __all__ = [
     "DRIVER",
     "Connection",
+    "check_size",
     "connect_options",
     "in_snapshot",
     "is_connection_lost",
@@ -122,6 +123,28 @@ class MySQLDriver(Driver[Connection]):
 
 
 DRIVER: Final = MySQLDriver()
+fetch_one = DRIVER.fetch_one
+fetch_all = DRIVER.fetch_all
+execute = DRIVER.execute
+# What a statement's text costs beyond its values, with room to spare.
+_STATEMENT_MARGIN: Final = 64 * 1024
+
+
+def check_size(parameters: Iterable[Any], limit: int, what: str) -> None:
+    """`InvalidArgumentError` for values that make a statement larger than the server
+    accepts (its ``max_allowed_packet``), which it would answer by dropping the
+    connection. Text is counted at four bytes a character, and exactly only then."""
+    texts = [value for value in parameters if isinstance(value, str | bytes)]
+    room = limit - _STATEMENT_MARGIN
+    if sum(map(len, texts)) * 4 <= room:
+        return
+    # Escaping may double a byte: quotes and backslashes.
+    size = sum(2 * len(t.encode() if isinstance(t, str) else t) for t in texts)
+    if size > room:
+        raise InvalidArgumentError(
+            f"{what} is too large for this server: about {size} bytes, and its "
+            f"max_allowed_packet is {limit}"
+        )
 
 
 def session_setup(facts: ServerFacts) -> str:

@@ -40,8 +40,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 from convostore.backends.mysql import statements as sql
-from convostore.backends.mysql.connection import Connection
-from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
+from convostore.backends.mysql.connection import Connection, execute, fetch_all, fetch_one
 from convostore.backends.sql.values import json_list
 from convostore.backends.sql.vector_cache import (
     Changes,

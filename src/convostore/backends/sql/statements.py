@@ -123,9 +123,9 @@ class Statements:
         self.dialect = dialect
         self._listings: dict[tuple[bool, SessionOrder, bool, bool, bool], str] = {}
         self._counts: dict[tuple[bool, bool], str] = {}
-        p, m = dialect.p, dialect.marker
+        p = dialect.p
         # USER_FIELDS, positional: a user written whole, or only where none is stored.
-        user = f"INSERT INTO users ({USER_COLUMNS}) VALUES ({', '.join([m] * len(USER_FIELDS))})"
+        user = dialect.insert("users", USER_FIELDS)
         self.upsert_user = user + dialect.replace_existing("id", USER_FIELDS[1:])
         self.insert_user_if_absent = user + dialect.keep_existing("id")
         # id
