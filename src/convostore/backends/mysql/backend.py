@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
-from asyncmy import errors
 from asyncmy.pool import Pool
 
 from convostore._time import to_micros
@@ -44,8 +43,9 @@ from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import AsyncSQLBackend, drive
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.vector_cache import VectorCache
+from convostore.backends.urls import target_of
 from convostore.embedding import VectorIndexSpec
-from convostore.errors import BackendUnavailableError, InvalidArgumentError
+from convostore.errors import BackendUnavailableError
 from convostore.filters import EventFilter
 from convostore.model import Event, SearchHit
 from convostore.prepare import AppendOutcome, PreparedAppend
@@ -55,8 +55,6 @@ __all__ = ["MySQLBackend"]
 log = logging.getLogger("convostore.mysql")
 
 T = TypeVar("T")
-# The driver's errors, and what a dropped socket raises below it.
-_DRIVER_ERRORS = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
 
 
 class MySQLBackend(AsyncSQLBackend[Connection]):
@@ -104,16 +102,12 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the database ``url`` names (see `parse_mysql_url`), create it if
         absent and migrate it to this version's schema, then open the pool."""
-        if options:
-            raise InvalidArgumentError(f"unknown MySQL store options: {sorted(options)}")
-        backend = cls(parse_mysql_url(url))
+        backend = cls(target_of(parse_mysql_url, url, options, "MySQL"))
         target = backend.target
-        try:
+        with DRIVER.translated(target.where):
             backend.facts = await prepare_database(target)
             backend._pool = await open_pool(target, backend.facts)
             await backend._probe_native_vectors()
-        except _DRIVER_ERRORS as error:
-            raise translate_error(error, target.where) from error
         return backend
 
     async def _probe_native_vectors(self) -> None:
@@ -127,13 +121,9 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        if options:
-            raise InvalidArgumentError(f"unknown MySQL store options: {sorted(options)}")
-        target = parse_mysql_url(url)
-        try:
+        target = target_of(parse_mysql_url, url, options, "MySQL")
+        with DRIVER.translated(target.where):
             return await read_pending_migrations(target)
-        except _DRIVER_ERRORS as error:
-            raise translate_error(error, target.where) from error
 
     def release_when_dropped(self) -> Callable[[], None] | None:
         return None if self._pool is None else functools.partial(_drop_sockets, self._pool)
@@ -173,16 +163,15 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         pool = self.pool
         try:
             async with asyncio.timeout(self.target.pool_timeout):
-                connection = await pool.acquire()
+                with DRIVER.translated(self._where):
+                    connection = await pool.acquire()
         except TimeoutError as error:
             raise BackendUnavailableError(
                 f"{self._where}: no free connection in {self.target.pool_timeout} s"
             ) from error
-        except _DRIVER_ERRORS as error:
-            raise translate_error(error, self._where) from error
         try:
             yield connection
-        except _DRIVER_ERRORS as error:
+        except DRIVER.exceptions as error:
             connection.close()
             if is_connection_lost(error):
                 # The server may have restarted: every idle connection is lost too.

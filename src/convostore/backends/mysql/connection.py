@@ -75,6 +75,12 @@ _SNAPSHOT: Final = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
 
 
 class MySQLDriver(Driver[Connection]):
+    # The driver's errors, and what a dropped socket raises below it.
+    exceptions = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
+
+    def translate(self, error: BaseException, where: str) -> StoreError:
+        return translate_error(error, where)
+
     async def fetch_one(
         self, connection: Connection, statement: str, parameters: Any = None
     ) -> Any:
