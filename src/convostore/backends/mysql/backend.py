@@ -26,9 +26,9 @@ from convostore.backends.mysql.connection import (
     DRIVER,
     Connection,
     check_size,
-    in_snapshot,
     is_connection_lost,
     open_pool,
+    snapshot,
     translate_error,
 )
 from convostore.backends.mysql.migrate import (
@@ -186,8 +186,8 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     async def _snapshot(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one consistent read snapshot."""
-        async with self._connection() as connection:
-            return await in_snapshot(connection, fn, *args)
+        async with self._connection() as connection, snapshot(connection):
+            return await fn(connection, *args)
 
     def _check(self, values: Iterable[Any], what: str) -> None:
         check_size(values, self.facts.max_packet, what)
@@ -270,87 +270,34 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         await self._write(vector_feed.set_embeddings, ids, *write)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
-        if self.native_search:
-            graph = functools.partial(native_vectors.search, ef_search=self.ef_search)
-            return await self._snapshot(_vector_search, query, graph)
-        cache = self._vector_cache
-        if cache is None:
-            return await self._snapshot(_vector_search, query)
-        # The cache's turn is taken before the snapshot begins, so the snapshot is never
-        # older than the cache; it is given back once the rows are shortlisted.
-        async with self._connection() as connection:
-            turn = cache.turn()
-            await turn.acquire()
-            release = _Once(turn.release)
-            try:
-                return await in_snapshot(connection, _vector_search, query, None, cache, release)
-            finally:
-                release()
+        scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
+        cache, shortlisted = self._vector_cache, None
+        async with self._connection() as connection, contextlib.AsyncExitStack() as turn:
+            # The cache's turn is taken before the snapshot begins, so the snapshot is
+            # never older than the cache; it is given back once the rows are shortlisted.
+            if cache is not None:
+                await turn.enter_async_context(cache.turn())
+            async with snapshot(connection):
+                if self.native_search:
+                    found = await native_vectors.search(connection, query, self.ef_search)
+                    if found is not None:
+                        return await drive(DRIVER, connection, steps.hits(sql.SEARCH, found))
+                elif cache is not None:
+                    shortlisted = await cache.shortlisted_async(
+                        vector_feed.feed(connection),
+                        (query.model, len(query.vector)),
+                        *(query.vector, query.metric, query.k, *scope),
+                    )
+                    await turn.aclose()
+                search = steps.vector_search(
+                    sql.SEARCH, query.vector, query.metric, query.model, query.k, scope, shortlisted
+                )
+                return await drive(DRIVER, connection, search)
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
-        return await self._snapshot(_text_search, query)
-
-
-# A native index's search: the k best (row id, score), or None to scan instead.
-NativeSearch = Callable[[Connection, VectorQuery], Awaitable[list[tuple[int, float]] | None]]
-
-
-def _nothing() -> None:
-    pass
-
-
-async def _vector_search(
-    connection: Connection,
-    query: VectorQuery,
-    native: NativeSearch | None = None,
-    cache: VectorCache | None = None,
-    release: Callable[[], None] = _nothing,
-) -> list[SearchHit]:
-    """``native``'s answer where it gives one (see `native_vectors`), else the rows
-    ``cache`` shortlists ranked exactly (``release`` called once they are), else the
-    exact scan; only the k best rows are then read whole."""
-    if native is not None and (found := await native(connection, query)) is not None:
-        return await drive(DRIVER, connection, steps.hits(sql.SEARCH, found))
-    scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
-    shortlisted = None
-    if cache is not None:
-        try:
-            shortlisted = await cache.shortlisted_async(
-                vector_feed.feed(connection),
-                (query.model, len(query.vector)),
-                *(query.vector, query.metric, query.k, *scope),
-            )
-        finally:
-            release()
-    search = steps.vector_search(
-        sql.SEARCH, query.vector, query.metric, query.model, query.k, scope, shortlisted
-    )
-    return await drive(DRIVER, connection, search)
-
-
-async def _text_search(connection: Connection, query: TextQuery) -> list[SearchHit]:
-    scope = query.scope
-    search = steps.text_search(
-        sql.SEARCH,
-        sql.fulltext_query(query.terms),
-        query.k,
-        scope.owner_id,
-        scope.session_id,
-        scope.roles,
-    )
-    return await drive(DRIVER, connection, search)
-
-
-class _Once:
-    """Calls ``fn`` the first time it is called, never again."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._fn: Callable[[], None] | None = fn
-
-    def __call__(self) -> None:
-        fn, self._fn = self._fn, None
-        if fn is not None:
-            fn()
+        scope, terms = query.scope, sql.fulltext_query(query.terms)
+        search = (sql.SEARCH, terms, query.k, scope.owner_id, scope.session_id, scope.roles)
+        return await self._snapshot(self._steps, steps.text_search, *search)
 
 
 def _drop_sockets(pool: Pool) -> None:

@@ -8,7 +8,7 @@ several statements runs in `convostore.backends.sql.aio.in_transaction`: READ
 COMMITTED, because every write serialises where it must on a row lock it takes first
 (the session's row, FOR UPDATE) and then sees what committed before it; REPEATABLE
 READ's gap locks would add deadlocks between appends to different sessions and nothing
-a write needs. Reads of several statements run in `in_snapshot` (REPEATABLE READ, one
+a write needs. Reads of several statements run in `snapshot` (REPEATABLE READ, one
 consistent snapshot).
 
 InnoDB may still end a transaction as a deadlock victim or after a lock wait timeout:
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 import asyncmy
@@ -43,11 +43,11 @@ __all__ = [
     "Connection",
     "check_size",
     "connect_options",
-    "in_snapshot",
     "is_connection_lost",
     "open_connection",
     "open_pool",
     "session_setup",
+    "snapshot",
     "translate_error",
 ]
 
@@ -203,13 +203,14 @@ async def open_pool(target: MySQLTarget, facts: ServerFacts) -> Pool:
     return pool
 
 
-async def in_snapshot(connection: Connection, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``fn(connection, *args)`` in one read-only consistent snapshot."""
+@contextlib.asynccontextmanager
+async def snapshot(connection: Connection) -> AsyncIterator[None]:
+    """The block in one read-only consistent snapshot."""
     cursor = connection.cursor()
     await cursor.execute(_REPEATABLE_READ)
     await cursor.execute(_SNAPSHOT)
     try:
-        return await fn(connection, *args)
+        yield
     finally:
         if connection.connected:
             await connection.rollback()

@@ -30,7 +30,8 @@ their vectors go with it: the cache forgets the parts it knows of each session n
 The feed keeps the last `KEPT` positions: every `PRUNE_EVERY`-th position deletes the
 older ones and records the position pruned through; a cache behind it rebuilds.
 
-`feed` answers the cache's requests on one connection, inside `in_snapshot`.
+`feed` answers the cache's requests on one connection, inside a read snapshot
+(`convostore.backends.mysql.connection.snapshot`).
 """
 
 from __future__ import annotations
