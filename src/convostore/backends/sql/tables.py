@@ -1,7 +1,7 @@
 """The tables every SQL backend has, described once, and rendered in each dialect's DDL.
 
-A `Table` lists its `Column`s (a logical `Type`, nullability, a default, the session it
-belongs to), its key and its `Index`es. A column, index or table that only some backends
+A `Table` lists its `Column`s (a logical `Type`, nullability, a default, the table it
+references), its key and its `Index`es. A column, index or table that only some backends
 have names them (``only``), so one list keeps each backend's column order. A `DDL` says
 how a dialect writes them: its type names, its table options, and whether keys and
 foreign keys go inside CREATE TABLE (MySQL) or are statements of their own.
