@@ -50,14 +50,14 @@ async def raw_appends(url: str, count: int) -> float:
     """Messages per second for the store's append statements run by hand on one
     connection, with the parameters the store would send."""
     from convostore.backends.mysql import statements as sql
-    from convostore.backends.mysql.rows import search_tokens
+    from convostore.backends.mysql.statements import search_tokens
 
     store = await convostore.connect(url)  # Creates the database and the session.
     await store.put_user(AUTHOR)
     session = await store.create_session(AUTHOR)
     await store.close()
     connection = await asyncmy.connect(**_connect_options(url))
-    insert = sql.INSERT_EVENTS + sql.EVENT_ROW
+    insert = sql.insert_events(1)
     tokens = search_tokens(CONTENT)
     folded = CONTENT.lower()
     try:

@@ -31,8 +31,7 @@ from convostore._time import utc_now
 from convostore._vectors import best, scores
 from convostore.backends.interface import VectorQuery
 from convostore.backends.mysql import MySQLBackend, native_vectors, vector_feed
-from convostore.backends.mysql.connection import Connection
-from convostore.backends.mysql.operations import fetch_all, fetch_one
+from convostore.backends.mysql.connection import Connection, fetch_all, fetch_one
 from tests.servers.mariadb import (
     TestServer,
 )

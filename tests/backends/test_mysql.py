@@ -44,8 +44,7 @@ if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true
 import asyncmy
 
 from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, MySQLTarget, parse_mysql_url
-from convostore.backends.mysql.connection import DRIVER
-from convostore.backends.mysql.operations import fetch_all, fetch_one
+from convostore.backends.mysql.connection import DRIVER, fetch_all, fetch_one
 from convostore.backends.sql.aio import RollbackAndReturn, in_transaction
 from tests.backends.faults import appends_survive_a_restart, the_pool_recovers
 from tests.backends.support import server_unavailable

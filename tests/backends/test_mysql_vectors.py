@@ -25,7 +25,7 @@ if (why := missing_driver("asyncmy", "mysql")) is not None:
 
 from convostore._time import utc_now
 from convostore.backends.mysql import MySQLBackend, parse_mysql_url, vector_feed
-from convostore.backends.mysql.operations import fetch_all
+from convostore.backends.mysql.connection import fetch_all
 from tests.servers.mariadb import (
     TestServer,
 )

@@ -1,5 +1,5 @@
 """How a backend describes its schema migrations to ``convostore migrate --dry-run``, and
-refuses a schema a newer convostore wrote."""
+refuses a schema a newer convostore wrote; a server's or extension's version read."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from convostore.errors import SchemaVersionError
 
-__all__ = ["describe", "pending", "refuse_newer"]
+__all__ = ["describe", "pending", "refuse_newer", "version_tuple"]
 
 _OBJECT = re.compile(
     r"\b(CREATE|ALTER|DROP)\s+(?:UNIQUE\s+|VIRTUAL\s+)?(TABLE|INDEX|TRIGGER|VIEW|EXTENSION)"
@@ -45,3 +45,14 @@ def refuse_newer(recorded: int, known: int, where: str) -> None:
             f"{where} has convostore schema version {recorded}, newer than version "
             f"{known} this convostore knows; upgrade convostore to open it"
         )
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"10.11.6-MariaDB"`` or ``"0.8.2"`` as (10, 11, 6) or (0, 8, 2); what is not a
+    number ends it."""
+    numbers: list[int] = []
+    for part in version.split("-", 1)[0].split("."):
+        if not part.isdigit():
+            break
+        numbers.append(int(part))
+    return tuple(numbers)

@@ -20,6 +20,7 @@ __all__ = [
     "redacted",
     "seconds",
     "split",
+    "target_of",
     "whole",
     "whole_number",
     "with_options",
@@ -124,6 +125,14 @@ def split(url: str, schemes: Sequence[str], name: str) -> SplitResult:
 def check_pool(min_size: int, max_size: int) -> None:
     if max_size < max(1, min_size):
         raise InvalidArgumentError("pool_max_size must be at least 1 and at least pool_min_size")
+
+
+def target_of(parse: Callable[[str], T], url: str, options: Mapping[str, Any], name: str) -> T:
+    """``parse(url)``, where a backend takes no store options beside its URL (``name``:
+    the database's, for the message)."""
+    if options:
+        raise InvalidArgumentError(f"unknown {name} store options: {sorted(options)}")
+    return parse(url)
 
 
 def redacted(url: str) -> str:

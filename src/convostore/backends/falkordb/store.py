@@ -21,8 +21,9 @@ from convostore.backends.cypher.store import CypherBackend, Rows
 from convostore.backends.falkordb import schema
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
 from convostore.backends.interface import Capabilities
+from convostore.backends.urls import target_of
 from convostore.embedding import VectorIndexSpec
-from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
+from convostore.errors import BackendUnavailableError, StoreError
 
 __all__ = ["FalkorDBBackend", "translate_error"]
 
@@ -57,9 +58,7 @@ class FalkorDBBackend(CypherBackend):
     async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the graph ``url`` names (see `parse_falkordb_url`) and migrate its
         schema."""
-        if options:
-            raise InvalidArgumentError(f"unknown FalkorDB store options: {sorted(options)}")
-        backend = cls(parse_falkordb_url(url))
+        backend = cls(target_of(parse_falkordb_url, url, options, "FalkorDB"))
         try:
             await backend._connect()
             facts = await schema.prepare_graph(
@@ -74,9 +73,7 @@ class FalkorDBBackend(CypherBackend):
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        if options:
-            raise InvalidArgumentError(f"unknown FalkorDB store options: {sorted(options)}")
-        backend = cls(parse_falkordb_url(url))
+        backend = cls(target_of(parse_falkordb_url, url, options, "FalkorDB"))
         try:
             await backend._connect()
             try:

@@ -9,16 +9,12 @@ append, the vector index record and the exact vector search. Here, in the order 
 goes through them:
 
 - `backend`: `MySQLBackend`, a `convostore.backends.sql.aio.AsyncSQLBackend` whose
-  primitives each run on one pooled connection, and where the driver's errors end.
+  primitives each run on one pooled connection, and how a vector search picks its way.
 - `connection`: how connections are set up, transactions run and retried; the error
   translation.
-- `operations`: what only MySQL runs this way: the append's size check, the expiry.
-- `search`: the text search's statement, and how a vector search picks its way.
+- `statements`: MySQL's `Dialect`, the statements only MySQL runs (named constants with
+  bound parameters), and the values of the columns only MySQL has.
 - `vector_feed` and `native_vectors`: the cache's change feed, MariaDB's own index.
-- `statements`: MySQL's `Dialect` and the statements only MySQL runs, as named
-  constants with bound parameters.
-- `rows`: the values of the columns only MySQL has (see `convostore.backends.sql.values`
-  for the rest).
 - `schema` and `migrate`: the versioned migrations applied at connect.
 - `url`: ``mysql://`` URLs and their options.
 

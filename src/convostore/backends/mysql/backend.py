@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
-from asyncmy import errors
 from asyncmy.pool import Pool
 
 from convostore._time import to_micros
@@ -20,14 +20,15 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.backends.mysql import native_vectors, search, vector_feed
+from convostore.backends.mysql import native_vectors, vector_feed
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
     DRIVER,
     Connection,
-    in_snapshot,
+    check_size,
     is_connection_lost,
     open_pool,
+    snapshot,
     translate_error,
 )
 from convostore.backends.mysql.migrate import (
@@ -35,14 +36,16 @@ from convostore.backends.mysql.migrate import (
     prepare_database,
     read_pending_migrations,
 )
-from convostore.backends.mysql.operations import check_size, write_append
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
+from convostore.backends.sql import appends
+from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import AsyncSQLBackend, drive
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.vector_cache import VectorCache
+from convostore.backends.urls import target_of
 from convostore.embedding import VectorIndexSpec
-from convostore.errors import BackendUnavailableError, InvalidArgumentError
+from convostore.errors import BackendUnavailableError
 from convostore.filters import EventFilter
 from convostore.model import Event, SearchHit
 from convostore.prepare import AppendOutcome, PreparedAppend
@@ -52,8 +55,6 @@ __all__ = ["MySQLBackend"]
 log = logging.getLogger("convostore.mysql")
 
 T = TypeVar("T")
-# The driver's errors, and what a dropped socket raises below it.
-_DRIVER_ERRORS = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
 
 
 class MySQLBackend(AsyncSQLBackend[Connection]):
@@ -62,13 +63,19 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     Each primitive takes one connection from asyncmy's pool and runs as one statement
     or one transaction (see `convostore.backends.mysql.connection`). Open it with
     `open`, which creates the database if absent and migrates its schema.
+
+    Vectors are searched as the URL's ``vector_search`` chooses: ``cache``, the shared
+    `VectorCache` brought to the read snapshot through the commit-ordered change feed
+    (`vector_feed`) shortlists the rows, ranked exactly; ``scan``, every vector in scope
+    ranked in the client (`convostore.backends.sql.search`); ``native``, MariaDB
+    11.7+'s graph (`native_vectors`) where it can answer.
     """
 
     statements = sql.STATEMENTS
     driver = DRIVER
     key_statements = sql.KEY_STATEMENTS
     writes = sql.WRITES
-    embeddings = search.EMBEDDINGS
+    embeddings = sql.EMBEDDINGS
 
     def __init__(self, target: MySQLTarget) -> None:
         self.target = target
@@ -95,16 +102,12 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the database ``url`` names (see `parse_mysql_url`), create it if
         absent and migrate it to this version's schema, then open the pool."""
-        if options:
-            raise InvalidArgumentError(f"unknown MySQL store options: {sorted(options)}")
-        backend = cls(parse_mysql_url(url))
+        backend = cls(target_of(parse_mysql_url, url, options, "MySQL"))
         target = backend.target
-        try:
+        with DRIVER.translated(target.where):
             backend.facts = await prepare_database(target)
             backend._pool = await open_pool(target, backend.facts)
             await backend._probe_native_vectors()
-        except _DRIVER_ERRORS as error:
-            raise translate_error(error, target.where) from error
         return backend
 
     async def _probe_native_vectors(self) -> None:
@@ -118,13 +121,9 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        if options:
-            raise InvalidArgumentError(f"unknown MySQL store options: {sorted(options)}")
-        target = parse_mysql_url(url)
-        try:
+        target = target_of(parse_mysql_url, url, options, "MySQL")
+        with DRIVER.translated(target.where):
             return await read_pending_migrations(target)
-        except _DRIVER_ERRORS as error:
-            raise translate_error(error, target.where) from error
 
     def release_when_dropped(self) -> Callable[[], None] | None:
         return None if self._pool is None else functools.partial(_drop_sockets, self._pool)
@@ -164,16 +163,15 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         pool = self.pool
         try:
             async with asyncio.timeout(self.target.pool_timeout):
-                connection = await pool.acquire()
+                with DRIVER.translated(self._where):
+                    connection = await pool.acquire()
         except TimeoutError as error:
             raise BackendUnavailableError(
                 f"{self._where}: no free connection in {self.target.pool_timeout} s"
             ) from error
-        except _DRIVER_ERRORS as error:
-            raise translate_error(error, self._where) from error
         try:
             yield connection
-        except _DRIVER_ERRORS as error:
+        except DRIVER.exceptions as error:
             connection.close()
             if is_connection_lost(error):
                 # The server may have restarted: every idle connection is lost too.
@@ -188,8 +186,8 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     async def _snapshot(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one consistent read snapshot."""
-        async with self._connection() as connection:
-            return await in_snapshot(connection, fn, *args)
+        async with self._connection() as connection, snapshot(connection):
+            return await fn(connection, *args)
 
     def _check(self, values: Iterable[Any], what: str) -> None:
         check_size(values, self.facts.max_packet, what)
@@ -211,12 +209,20 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
-        limit = self.facts.max_packet
+        write: tuple[Any, ...] = (vector_feed.append, append)
         if self.server_vectors:
-            return await self._write(
-                vector_feed.append, append, native_vectors.append, write_append, limit
-            )
-        return await self._write(vector_feed.append, append, write_append, limit)
+            write = (*write, native_vectors.append)
+        return await self._write(*write, self._append)
+
+    async def _append(self, connection: Connection, append: PreparedAppend) -> AppendOutcome:
+        """The shared append (`convostore.backends.sql.appends`), its rows no larger than
+        the server takes."""
+
+        def check(rows: Sequence[Sequence[Any]]) -> None:
+            self._check(itertools.chain.from_iterable(rows), "the append")
+
+        write = appends.append(sql.APPENDS, sql.WRITES, append, check)
+        return await drive(DRIVER, connection, write)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         decode = functools.partial(self._event_cache.events, reader=sql.DIALECT.rows)
@@ -230,7 +236,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     # ---------------------------------------------------------------- vectors and text
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
-        await self._run(self._steps, search.EMBEDDINGS.declare_index, spec, replace)
+        await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, replace)
         # A graph of another declaration goes, whoever searches it; this store builds
         # one only if it searches it.
         if self.server_vectors and (replace or self.native_search):
@@ -241,7 +247,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         after the run (`end_reembed`), over every vector at once."""
         if await self.vector_index_spec() == spec:
             return False
-        await self._run(self._steps, search.EMBEDDINGS.declare_index, spec, True)
+        await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, True)
         if self.server_vectors:
             await self._native_graph(replace=True, build=False)
         return True
@@ -258,45 +264,40 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         ids = [message_id for message_id, _ in vectors]
-        write: tuple[Any, ...] = (self._steps, search.EMBEDDINGS.set_embeddings, model, vectors)
+        write: tuple[Any, ...] = (self._steps, sql.EMBEDDINGS.set_embeddings, model, vectors)
         if self.server_vectors:
             write = (native_vectors.set_embeddings, ids, *write)
         await self._write(vector_feed.set_embeddings, ids, *write)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
-        if self.native_search:
-            graph = functools.partial(native_vectors.search, ef_search=self.ef_search)
-            return await self._snapshot(search.vector_search, query, graph)
-        cache = self._vector_cache
-        if cache is None:
-            return await self._snapshot(search.vector_search, query)
-        # The cache's turn is taken before the snapshot begins, so the snapshot is never
-        # older than the cache; it is given back once the rows are shortlisted.
-        async with self._connection() as connection:
-            turn = cache.turn()
-            await turn.acquire()
-            release = _Once(turn.release)
-            try:
-                return await in_snapshot(
-                    connection, search.vector_search, query, None, cache, release
+        scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
+        cache, shortlisted = self._vector_cache, None
+        async with self._connection() as connection, contextlib.AsyncExitStack() as turn:
+            # The cache's turn is taken before the snapshot begins, so the snapshot is
+            # never older than the cache; it is given back once the rows are shortlisted.
+            if cache is not None:
+                await turn.enter_async_context(cache.turn())
+            async with snapshot(connection):
+                if self.native_search:
+                    found = await native_vectors.search(connection, query, self.ef_search)
+                    if found is not None:
+                        return await drive(DRIVER, connection, steps.hits(sql.SEARCH, found))
+                elif cache is not None:
+                    shortlisted = await cache.shortlisted_async(
+                        vector_feed.feed(connection),
+                        (query.model, len(query.vector)),
+                        *(query.vector, query.metric, query.k, *scope),
+                    )
+                    await turn.aclose()
+                search = steps.vector_search(
+                    sql.SEARCH, query.vector, query.metric, query.model, query.k, scope, shortlisted
                 )
-            finally:
-                release()
+                return await drive(DRIVER, connection, search)
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
-        return await self._snapshot(search.text_search, query)
-
-
-class _Once:
-    """Calls ``fn`` the first time it is called, never again."""
-
-    def __init__(self, fn: Callable[[], None]) -> None:
-        self._fn: Callable[[], None] | None = fn
-
-    def __call__(self) -> None:
-        fn, self._fn = self._fn, None
-        if fn is not None:
-            fn()
+        scope, terms = query.scope, sql.fulltext_query(query.terms)
+        search = (sql.SEARCH, terms, query.k, scope.owner_id, scope.session_id, scope.roles)
+        return await self._snapshot(self._steps, steps.text_search, *search)
 
 
 def _drop_sockets(pool: Pool) -> None:

@@ -8,7 +8,7 @@ several statements runs in `convostore.backends.sql.aio.in_transaction`: READ
 COMMITTED, because every write serialises where it must on a row lock it takes first
 (the session's row, FOR UPDATE) and then sees what committed before it; REPEATABLE
 READ's gap locks would add deadlocks between appends to different sessions and nothing
-a write needs. Reads of several statements run in `in_snapshot` (REPEATABLE READ, one
+a write needs. Reads of several statements run in `snapshot` (REPEATABLE READ, one
 consistent snapshot).
 
 InnoDB may still end a transaction as a deadlock victim or after a lock wait timeout:
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, Final, TypeVar
 
 import asyncmy
@@ -41,12 +41,13 @@ from convostore.errors import (
 __all__ = [
     "DRIVER",
     "Connection",
+    "check_size",
     "connect_options",
-    "in_snapshot",
     "is_connection_lost",
     "open_connection",
     "open_pool",
     "session_setup",
+    "snapshot",
     "translate_error",
 ]
 
@@ -74,6 +75,12 @@ _SNAPSHOT: Final = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
 
 
 class MySQLDriver(Driver[Connection]):
+    # The driver's errors, and what a dropped socket raises below it.
+    exceptions = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
+
+    def translate(self, error: BaseException, where: str) -> StoreError:
+        return translate_error(error, where)
+
     async def fetch_one(
         self, connection: Connection, statement: str, parameters: Any = None
     ) -> Any:
@@ -122,6 +129,28 @@ class MySQLDriver(Driver[Connection]):
 
 
 DRIVER: Final = MySQLDriver()
+fetch_one = DRIVER.fetch_one
+fetch_all = DRIVER.fetch_all
+execute = DRIVER.execute
+# What a statement's text costs beyond its values, with room to spare.
+_STATEMENT_MARGIN: Final = 64 * 1024
+
+
+def check_size(parameters: Iterable[Any], limit: int, what: str) -> None:
+    """`InvalidArgumentError` for values that make a statement larger than the server
+    accepts (its ``max_allowed_packet``), which it would answer by dropping the
+    connection. Text is counted at four bytes a character, and exactly only then."""
+    texts = [value for value in parameters if isinstance(value, str | bytes)]
+    room = limit - _STATEMENT_MARGIN
+    if sum(map(len, texts)) * 4 <= room:
+        return
+    # Escaping may double a byte: quotes and backslashes.
+    size = sum(2 * len(t.encode() if isinstance(t, str) else t) for t in texts)
+    if size > room:
+        raise InvalidArgumentError(
+            f"{what} is too large for this server: about {size} bytes, and its "
+            f"max_allowed_packet is {limit}"
+        )
 
 
 def session_setup(facts: ServerFacts) -> str:
@@ -174,13 +203,14 @@ async def open_pool(target: MySQLTarget, facts: ServerFacts) -> Pool:
     return pool
 
 
-async def in_snapshot(connection: Connection, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``fn(connection, *args)`` in one read-only consistent snapshot."""
+@contextlib.asynccontextmanager
+async def snapshot(connection: Connection) -> AsyncIterator[None]:
+    """The block in one read-only consistent snapshot."""
     cursor = connection.cursor()
     await cursor.execute(_REPEATABLE_READ)
     await cursor.execute(_SNAPSHOT)
     try:
-        return await fn(connection, *args)
+        yield
     finally:
         if connection.connected:
             await connection.rollback()

@@ -44,8 +44,13 @@ from asyncmy import errors
 
 from convostore._vectors import best, from_blobs, scores
 from convostore.backends.interface import VectorQuery
-from convostore.backends.mysql.connection import Connection, error_code
-from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
+from convostore.backends.mysql.connection import (
+    Connection,
+    error_code,
+    execute,
+    fetch_all,
+    fetch_one,
+)
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.sql.embeddings import SELECT_VECTOR_INDEX
 from convostore.embedding import Metric, VectorIndexSpec

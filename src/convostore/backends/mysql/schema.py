@@ -22,10 +22,13 @@ stopword; the index is created with stopwords off as well.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
+from convostore.backends.migrations import version_tuple
+from convostore.backends.sql import tables
 from convostore.backends.sql.migrate import VersionTable
+from convostore.backends.sql.tables import Column, Table, Type
 
 __all__ = [
     "MIGRATIONS",
@@ -40,154 +43,44 @@ __all__ = [
 TOKEN_PREFIX: Final = "qz"
 # The id collation by server family: code point order, no padding.
 TEXT_COLLATIONS: Final = {"mariadb": "utf8mb4_nopad_bin", "mysql": "utf8mb4_0900_bin"}
-_TABLE: Final = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation} ROW_FORMAT=DYNAMIC"
+DDL: Final = tables.DDL(
+    tables.MYSQL,
+    types={
+        Type.ID: "VARCHAR({size})", Type.LABEL: "VARCHAR({size})", Type.TEXT: "LONGTEXT",
+        Type.JSON: "LONGTEXT", Type.TIME: "BIGINT", Type.BIGINT: "BIGINT", Type.INT: "INT",
+        Type.FLAG: "TINYINT", Type.VECTOR: "LONGBLOB", Type.ONE: "TINYINT",
+    },
+    options=" ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE={collation} ROW_FORMAT=DYNAMIC",
+    if_not_exists=True,
+    inline=True,
+)  # fmt: skip
+_ONE_ROW: Final = Column("id", Type.ONE)
+_BIGINT: Final = Type.BIGINT
+# The change feed of the vector cache, in commit order (see `vector_feed`): the last
+# position handed out, under whose row lock each write that touches a vector takes the
+# next; and the changes at each position (a row's: its row_id, session_id ''; a deleted
+# session's: row_id 0).
+_VECTOR_FEED: Final = Table(
+    "vector_feed", (_ONE_ROW, Column("position", _BIGINT), Column("pruned", _BIGINT)), "id"
+)
+_VECTOR_CHANGES: Final = Table(
+    "vector_changes",
+    (Column("position", _BIGINT), Column("row_id", _BIGINT), Column("session_id", Type.ID)),
+    "position, row_id, session_id",
+)
+# One row: every write to MariaDB's graph holds it shared until it commits, and a build
+# of the graph waits for it exclusively (see `native_vectors`).
+_NATIVE_VECTOR_GUARD: Final = Table("native_vector_guard", (_ONE_ROW,), "id")
 
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    DDL.create(tables.TABLES),
+    # Which declaration MariaDB's own vector index was built for, once its backfill is
+    # complete (see `native_vectors`; servers without one leave it empty).
+    DDL.create([replace(tables.VECTOR_INDEX, name="native_vector_state")]),
     (
-        """CREATE TABLE IF NOT EXISTS users (
-            id VARCHAR(255) NOT NULL PRIMARY KEY,
-            display_name LONGTEXT NOT NULL,
-            username LONGTEXT NULL,
-            email LONGTEXT NULL,
-            kind VARCHAR(16) NOT NULL,
-            metadata LONGTEXT NOT NULL
-        )"""
-        + _TABLE,
-        # Listings page by keyset on these indexes, so page n reads what page 1 reads.
-        # ``is_part`` (whether part_of is set, which never changes) stands in for the
-        # partial indexes MySQL does not have.
-        """CREATE TABLE IF NOT EXISTS sessions (
-            id VARCHAR(255) NOT NULL PRIMARY KEY,
-            owner_id VARCHAR(255) NULL,
-            title LONGTEXT NULL,
-            kind VARCHAR(255) NOT NULL,
-            part_of VARCHAR(255) NULL,
-            held_with VARCHAR(255) NULL,
-            created_at BIGINT NOT NULL,
-            last_activity_at BIGINT NOT NULL,
-            expires_at BIGINT NULL,
-            metadata LONGTEXT NOT NULL,
-            version BIGINT NOT NULL DEFAULT 0,
-            last_seq BIGINT NOT NULL DEFAULT 0,
-            stamp VARCHAR(64) NOT NULL,
-            message_count BIGINT NOT NULL DEFAULT 0,
-            started_by VARCHAR(255) NULL,
-            is_part TINYINT NOT NULL,
-            KEY sessions_by_created (owner_id, is_part, id),
-            KEY sessions_by_activity (owner_id, is_part, last_activity_at, id),
-            KEY sessions_kind_by_created (owner_id, is_part, kind, id),
-            KEY sessions_kind_by_activity (owner_id, is_part, kind, last_activity_at, id),
-            KEY sessions_all_by_created (owner_id, id),
-            KEY sessions_all_by_activity (owner_id, last_activity_at, id),
-            KEY sessions_parts (part_of, held_with, id),
-            KEY sessions_expiry (expires_at),
-            CONSTRAINT sessions_part_of FOREIGN KEY (part_of) REFERENCES sessions (id)
-                ON DELETE CASCADE
-        )"""
-        + _TABLE,
-        # Clustered by (session, seq): a log reads as one range of the primary key.
-        # ``row_id`` numbers rows for search hits and the vector cache.
-        """CREATE TABLE IF NOT EXISTS events (
-            session_id VARCHAR(255) NOT NULL,
-            seq BIGINT NOT NULL,
-            row_id BIGINT NOT NULL AUTO_INCREMENT,
-            id VARCHAR(255) NOT NULL,
-            type VARCHAR(64) NOT NULL,
-            created_at BIGINT NOT NULL,
-            branch LONGTEXT NULL,
-            metadata LONGTEXT NOT NULL,
-            payload LONGTEXT NULL,
-            synthetic TINYINT NOT NULL,
-            role VARCHAR(16) NULL,
-            content LONGTEXT NULL,
-            content_folded LONGTEXT NULL,
-            search_tokens LONGTEXT NULL,
-            author_id VARCHAR(255) NULL,
-            recipient_ids LONGTEXT NULL,
-            in_reply_to LONGTEXT NULL,
-            tool_calls LONGTEXT NULL,
-            tool_call_id LONGTEXT NULL,
-            attachments LONGTEXT NULL,
-            data LONGTEXT NULL,
-            assets LONGTEXT NULL,
-            narration LONGTEXT NULL,
-            embedding LONGBLOB NULL,
-            embedding_model VARCHAR(255) NULL,
-            stamp VARCHAR(64) NULL,
-            turn_start TINYINT AS (type = 'MESSAGE' AND role = 'user' AND branch IS NULL
-                AND synthetic = 0) STORED,
-            PRIMARY KEY (session_id, seq),
-            UNIQUE KEY events_by_id (id),
-            UNIQUE KEY events_by_row (row_id),
-            KEY events_by_type (session_id, type, seq),
-            KEY events_turn_starts (session_id, turn_start, seq),
-            KEY events_by_author (session_id, author_id, seq),
-            KEY events_by_model (embedding_model, row_id),
-            FULLTEXT KEY events_search (search_tokens),
-            CONSTRAINT events_session FOREIGN KEY (session_id) REFERENCES sessions (id)
-                ON DELETE CASCADE
-        )"""
-        + _TABLE,
-        """CREATE TABLE IF NOT EXISTS indexed_metadata_keys (
-            name VARCHAR(64) NOT NULL PRIMARY KEY
-        )"""
-        + _TABLE,
-        # The JDBC seed's metadata index: (name, the value's first 512 characters) keeps
-        # the key under InnoDB's 3072-byte limit; the whole value is compared on the
-        # rows the index finds.
-        """CREATE TABLE IF NOT EXISTS session_metadata (
-            session_id VARCHAR(255) NOT NULL,
-            name VARCHAR(64) NOT NULL,
-            value_prefix VARCHAR(512) NOT NULL,
-            value LONGTEXT NOT NULL,
-            PRIMARY KEY (session_id, name),
-            KEY session_metadata_lookup (name, value_prefix),
-            CONSTRAINT session_metadata_session FOREIGN KEY (session_id)
-                REFERENCES sessions (id) ON DELETE CASCADE
-        )"""
-        + _TABLE,
-        # The vector index declared from the store's embedder: one row.
-        """CREATE TABLE IF NOT EXISTS vector_index (
-            id TINYINT NOT NULL PRIMARY KEY,
-            dimensions INT NOT NULL,
-            metric VARCHAR(16) NOT NULL,
-            model VARCHAR(255) NOT NULL
-        )"""
-        + _TABLE,
-    ),
-    (
-        # Which declaration MariaDB's own vector index was built for, once its backfill
-        # is complete (see `native_vectors`; servers without one leave it empty).
-        """CREATE TABLE IF NOT EXISTS native_vector_state (
-            id TINYINT NOT NULL PRIMARY KEY,
-            dimensions INT NOT NULL,
-            metric VARCHAR(16) NOT NULL,
-            model VARCHAR(255) NOT NULL
-        )"""
-        + _TABLE,
-    ),
-    (
-        # The change feed of the vector cache, in commit order (see `vector_feed`): the
-        # last position handed out, under whose row lock each write that touches a
-        # vector takes the next; and the changes at each position (a row's: its row_id,
-        # session_id ''; a deleted session's: row_id 0).
-        """CREATE TABLE IF NOT EXISTS vector_feed (
-            id TINYINT NOT NULL PRIMARY KEY,
-            position BIGINT NOT NULL,
-            pruned BIGINT NOT NULL
-        )"""
-        + _TABLE,
+        *DDL.create([_VECTOR_FEED]),
         "INSERT IGNORE INTO vector_feed (id, position, pruned) VALUES (1, 0, 0)",
-        """CREATE TABLE IF NOT EXISTS vector_changes (
-            position BIGINT NOT NULL,
-            row_id BIGINT NOT NULL,
-            session_id VARCHAR(255) NOT NULL,
-            PRIMARY KEY (position, row_id, session_id)
-        )"""
-        + _TABLE,
-        # One row: every write to MariaDB's graph holds it shared until it commits, and
-        # a build of the graph waits for it exclusively (see `native_vectors`).
-        "CREATE TABLE IF NOT EXISTS native_vector_guard (id TINYINT NOT NULL PRIMARY KEY)" + _TABLE,
+        *DDL.create([_VECTOR_CHANGES, _NATIVE_VECTOR_GUARD]),
         "INSERT IGNORE INTO native_vector_guard (id) VALUES (1)",
     ),
 )
@@ -237,16 +130,6 @@ def server_facts(version_text: str, max_packet: int) -> ServerFacts:
     ``8.0.36``) and its ``max_allowed_packet``."""
     family = "mariadb" if "mariadb" in version_text.lower() else "mysql"
     return ServerFacts(family, version_tuple(version_text), TEXT_COLLATIONS[family], max_packet)
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``"10.11.6-MariaDB"`` as (10, 11, 6); what is not a number ends it."""
-    numbers: list[int] = []
-    for part in version.split("-", 1)[0].split("."):
-        if not part.isdigit():
-            break
-        numbers.append(int(part))
-    return tuple(numbers)
 
 
 def migration_lock_name(database: str) -> str:

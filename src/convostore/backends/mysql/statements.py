@@ -1,5 +1,6 @@
-"""MySQL's dialect (`DIALECT`, and `STATEMENTS`: the shared statements in it), and the
-statements only MySQL runs, as named constants with bound parameters.
+"""MySQL's dialect (`DIALECT`, and `STATEMENTS`: the shared statements in it), the
+statements only MySQL runs, as named constants with bound parameters, and the values of
+the columns only MySQL has.
 
 Statements whose WHERE clause depends on the request (event filters) are joined from
 fixed fragments only, one string per combination, so the set is bounded. No value is
@@ -9,15 +10,17 @@ ever formatted into SQL. Lists of values are bound as one JSON parameter and rea
 
 from __future__ import annotations
 
-from typing import Final
+import functools
+from typing import Any, Final
 
 from convostore._time import to_micros
-from convostore.backends.mysql.rows import event_row, new_session_row
-from convostore.backends.mysql.schema import VALUE_PREFIX_LENGTH
+from convostore.backends.mysql.schema import TOKEN_PREFIX, VALUE_PREFIX_LENGTH
 from convostore.backends.sql.appends import AppendStatements
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.reads import LogReads
+from convostore.backends.sql.search import SearchStatements
 from convostore.backends.sql.statements import (
     EVENT_FIELDS,
     SESSION_FIELDS,
@@ -25,8 +28,17 @@ from convostore.backends.sql.statements import (
     Statements,
     columns,
 )
-from convostore.backends.sql.values import MICROS_READER, json_list
+from convostore.backends.sql.values import (
+    MICROS_READER,
+    event_values,
+    json_list,
+    session_values,
+    vector_blob,
+)
 from convostore.backends.sql.writes import KeyStatements, SessionWrites
+from convostore.embedding import text_tokens
+from convostore.model import Message
+from convostore.prepare import NewSession, PreparedEvent
 
 # What an insert writes beyond the fields read back: the text filter's and the text
 # index's forms of the content.
@@ -106,19 +118,56 @@ class MySQLStatements(Statements):
 
 STATEMENTS: Final = MySQLStatements(DIALECT)
 
-EVENT_COLUMNS: Final = columns(EVENT_FIELDS)
+
+# ---------------------------------------------------------------------------- values
+
+# InnoDB's default innodb_ft_max_token_size: a longer word is not indexed, so it is
+# left out here, and a query for it finds nothing (as on PostgreSQL).
+MAX_TOKEN_CHARACTERS: Final = 84
 
 
-def _placeholders(fields: tuple[str, ...]) -> str:
-    return ", ".join("%s" for _ in fields)
+def _indexed(word: str) -> str | None:
+    token = TOKEN_PREFIX + word
+    return token if len(token) <= MAX_TOKEN_CHARACTERS else None
+
+
+def search_tokens(content: str) -> str | None:
+    """The words of a message as the FULLTEXT index reads them: `text_tokens`, each
+    with `TOKEN_PREFIX`, separated by spaces. None for a message with no words."""
+    tokens = [token for word in text_tokens(content) if (token := _indexed(word)) is not None]
+    return " ".join(tokens) if tokens else None
+
+
+def fulltext_query(terms: tuple[str, ...]) -> str | None:
+    """The boolean-mode query that needs every term. Terms are `text_tokens` words
+    (letters and digits only), so no query operator can come from what a user typed.
+    None when a term is too long to be indexed (nothing can match it)."""
+    tokens = [_indexed(term) for term in terms]
+    if any(token is None for token in tokens):
+        return None
+    return " ".join(f"+{token}" for token in tokens if token is not None)
+
+
+def event_row(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
+    """An event's parameters in ``EVENT_INSERT_FIELDS`` order: the shared values
+    (`convostore.backends.sql.values`), then the folded content the text filter
+    searches and the words of the FULLTEXT index."""
+    event = prepared.event
+    if isinstance(event, Message):
+        extra: tuple[Any, ...] = (event.content.lower(), search_tokens(event.content))
+    else:
+        extra = (None, None)
+    return event_values(prepared, seq) + extra
+
+
+def new_session_row(new: NewSession) -> tuple[Any, ...]:
+    """A new session's parameters in ``SESSION_INSERT_FIELDS`` order."""
+    return (*session_values(new), 1 if new.session.part_of is not None else 0)
 
 
 # ---------------------------------------------------------------------------- sessions
 
-INSERT_SESSION: Final = (
-    f"INSERT INTO sessions ({columns(SESSION_INSERT_FIELDS)}) "
-    f"VALUES ({_placeholders(SESSION_INSERT_FIELDS)})"
-)
+INSERT_SESSION: Final = DIALECT.insert("sessions", SESSION_INSERT_FIELDS)
 # The sessions past their expiry, each deleted with a check of its expiry again, so one
 # extended in between survives. A part of an expired parent goes with its parent.
 EXPIRED_SESSIONS: Final = (
@@ -153,14 +202,16 @@ ADVANCE_SESSION: Final = (
     "message_count = message_count + %s, started_by = coalesce(started_by, %s) "
     "WHERE id = %s"
 )
-INSERT_EVENTS: Final = f"INSERT INTO events ({columns(EVENT_INSERT_FIELDS)}) VALUES "
-EVENT_ROW: Final = f"({_placeholders(EVENT_INSERT_FIELDS)})"
+# ``count`` events at once, each of parameters `event_row`.
+insert_events: Final = functools.lru_cache(64)(
+    functools.partial(DIALECT.insert, "events", EVENT_INSERT_FIELDS)
+)
 # The append (`convostore.backends.sql.appends`): under the session's row lock, the
 # version check and the new ``seq`` values cannot race another append.
 APPENDS: Final = AppendStatements(
     lock_session=LOCK_SESSION,
     advance=ADVANCE_SESSION,
-    insert_events=lambda count: INSERT_EVENTS + ", ".join([EVENT_ROW] * count),
+    insert_events=insert_events,
     event_row=event_row,
     events_with_ids=(
         f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
@@ -184,3 +235,28 @@ READS: Final = LogReads(
 
 # The session writes (`convostore.backends.sql.writes`).
 WRITES: Final = SessionWrites(STATEMENTS, INSERT_SESSION, new_session_row, KEY_STATEMENTS)
+
+# ---------------------------------------------------------------------------- search
+
+# A character str.strip() keeps: a message with none is blank (all of Python's
+# whitespace lies below U+3001).
+_NON_BLANK: Final = "[^" + "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "]"
+EMBEDDINGS: Final = Embeddings(
+    DIALECT,
+    "content REGEXP %(non_blank)s",
+    non_blank_parameters={"non_blank": _NON_BLANK},
+    vector=vector_blob,
+)
+# Text search runs on the FULLTEXT index of ``search_tokens``, in boolean mode with
+# every term required (`fulltext_query`), ranked by InnoDB's relevance.
+SEARCH: Final = SearchStatements(
+    DIALECT,
+    "row_id",
+    text_matches=(
+        "SELECT e.row_id, MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE) AS score"
+        " FROM events e JOIN sessions s ON s.id = e.session_id"
+        " WHERE MATCH (e.search_tokens) AGAINST (%(query)s IN BOOLEAN MODE)"
+        " AND e.type = 'MESSAGE'"
+    ),
+    text_order=" ORDER BY score DESC, e.id LIMIT %(k)s",
+)

@@ -30,7 +30,8 @@ their vectors go with it: the cache forgets the parts it knows of each session n
 The feed keeps the last `KEPT` positions: every `PRUNE_EVERY`-th position deletes the
 older ones and records the position pruned through; a cache behind it rebuilds.
 
-`feed` answers the cache's requests on one connection, inside `in_snapshot`.
+`feed` answers the cache's requests on one connection, inside a read snapshot
+(`convostore.backends.mysql.connection.snapshot`).
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 from convostore.backends.mysql import statements as sql
-from convostore.backends.mysql.connection import Connection
-from convostore.backends.mysql.operations import execute, fetch_all, fetch_one
+from convostore.backends.mysql.connection import Connection, execute, fetch_all, fetch_one
 from convostore.backends.sql.values import json_list
 from convostore.backends.sql.vector_cache import (
     Changes,

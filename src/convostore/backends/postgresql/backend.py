@@ -47,8 +47,9 @@ from convostore.backends.postgresql.schema import (
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
 from convostore.backends.sql.aio import AsyncSQLBackend
+from convostore.backends.urls import target_of
 from convostore.embedding import VectorIndexSpec
-from convostore.errors import BackendUnavailableError, InvalidArgumentError
+from convostore.errors import BackendUnavailableError
 from convostore.filters import EventFilter
 from convostore.model import (
     Event,
@@ -97,20 +98,14 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         """Connect to the database ``url`` names (see `parse_postgresql_url`), create
         the schema if need be and migrate it to this version's schema, then open the
         pool."""
-        if options:
-            raise InvalidArgumentError(f"unknown PostgreSQL store options: {sorted(options)}")
-        backend = cls(parse_postgresql_url(url))
+        backend = cls(target_of(parse_postgresql_url, url, options, "PostgreSQL"))
         target = backend.target
-        try:
+        with DRIVER.translated(target.where):
             connection = await open_connection(target)
-        except psycopg.Error as error:
-            raise translate_error(error, target.where) from error
-        try:
-            facts = await prepare_database(connection, target.schema, target.where)
-        except psycopg.Error as error:
-            raise translate_error(error, target.where) from error
-        finally:
-            await connection.close()
+            try:
+                facts = await prepare_database(connection, target.schema, target.where)
+            finally:
+                await connection.close()
         backend.facts = facts
         backend.capabilities = replace(
             backend.capabilities, native_vector_index=facts.vector_schema is not None
@@ -124,10 +119,8 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         pool = open_pool(target, settings)
         backend._pool = pool
         try:
-            await pool.open(wait=True, timeout=target.pool_timeout)
-        except psycopg.Error as error:
-            await pool.close()
-            raise translate_error(error, target.where) from error
+            with DRIVER.translated(target.where):
+                await pool.open(wait=True, timeout=target.pool_timeout)
         except BaseException:
             await pool.close()
             raise
@@ -135,19 +128,13 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        if options:
-            raise InvalidArgumentError(f"unknown PostgreSQL store options: {sorted(options)}")
-        target = parse_postgresql_url(url)
-        try:
+        target = target_of(parse_postgresql_url, url, options, "PostgreSQL")
+        with DRIVER.translated(target.where):
             connection = await open_connection(target)
-        except psycopg.Error as error:
-            raise translate_error(error, target.where) from error
-        try:
-            return await read_pending_migrations(connection, target.schema, target.where)
-        except psycopg.Error as error:
-            raise translate_error(error, target.where) from error
-        finally:
-            await connection.close()
+            try:
+                return await read_pending_migrations(connection, target.schema, target.where)
+            finally:
+                await connection.close()
 
     async def close(self) -> None:
         for task in list(self._pool_checks):

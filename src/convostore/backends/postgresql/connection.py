@@ -52,6 +52,11 @@ CONFIGURE_SESSION: Final = (
 class PostgreSQLDriver(Driver[Connection]):
     """Rows are read in binary: times and vectors arrive exact, with no text to parse."""
 
+    exceptions = (psycopg.Error,)
+
+    def translate(self, error: BaseException, where: str) -> StoreError:
+        return translate_error(error, where)
+
     async def fetch_one(
         self, connection: Connection, statement: str, parameters: Any = None
     ) -> Any:
@@ -141,7 +146,7 @@ def open_pool(
     )
 
 
-def translate_error(error: psycopg.Error, where: str) -> StoreError:
+def translate_error(error: BaseException, where: str) -> StoreError:
     """The convostore error to raise (``from error``) for a psycopg error:
     `BackendUnavailableError` when the server cannot be used (lost connection, shutdown,
     no free connection, missing privilege), `InvalidArgumentError` for a value

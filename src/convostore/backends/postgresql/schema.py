@@ -22,11 +22,13 @@ from typing import Any, Final
 from psycopg import AsyncConnection, sql
 from psycopg.errors import Error as DatabaseError
 
+from convostore.backends.migrations import version_tuple
 from convostore.backends.postgresql.connection import DRIVER
 from convostore.backends.postgresql.statements import VALUE_DIGEST
+from convostore.backends.sql import tables
 from convostore.backends.sql.aio import drive
 from convostore.backends.sql.migrate import VersionTable, migrate, pending_migrations
-from convostore.backends.sql.statements import SESSION_INDEXES
+from convostore.backends.sql.tables import Type
 from convostore.backends.sql.writes import KeyStatements
 from convostore.errors import SchemaVersionError
 
@@ -41,95 +43,20 @@ __all__ = [
 
 log = logging.getLogger("convostore.postgresql")
 
+DDL: Final = tables.DDL(
+    tables.POSTGRESQL,
+    types={
+        Type.ID: 'text COLLATE "C"', Type.LABEL: "text", Type.TEXT: "text", Type.JSON: "json",
+        Type.TIME: "timestamptz", Type.BIGINT: "bigint", Type.INT: "integer",
+        Type.FLAG: "boolean", Type.VECTOR: "real[]", Type.ONE: "integer CHECK ({name} = 1)",
+    },
+    checks=True,
+)  # fmt: skip
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
-    (
-        """CREATE TABLE users (
-            id text COLLATE "C" PRIMARY KEY,
-            display_name text NOT NULL,
-            username text,
-            email text,
-            kind text NOT NULL,
-            metadata json NOT NULL
-        )""",
-        """CREATE TABLE sessions (
-            id text COLLATE "C" PRIMARY KEY,
-            owner_id text COLLATE "C",
-            title text,
-            kind text NOT NULL,
-            part_of text COLLATE "C" REFERENCES sessions (id) ON DELETE CASCADE,
-            held_with text COLLATE "C",
-            created_at timestamptz NOT NULL,
-            last_activity_at timestamptz NOT NULL,
-            expires_at timestamptz,
-            metadata json NOT NULL,
-            version bigint NOT NULL DEFAULT 0,
-            last_seq bigint NOT NULL DEFAULT 0,
-            stamp text NOT NULL,
-            message_count bigint NOT NULL DEFAULT 0,
-            started_by text COLLATE "C"
-        )""",
-        *SESSION_INDEXES,
-        """CREATE TABLE events (
-            session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            seq bigint NOT NULL,
-            id text COLLATE "C" NOT NULL,
-            type text NOT NULL,
-            created_at timestamptz NOT NULL,
-            branch text,
-            metadata json NOT NULL,
-            payload json,
-            synthetic boolean NOT NULL,
-            role text,
-            content text,
-            author_id text COLLATE "C",
-            recipient_ids json,
-            in_reply_to text,
-            tool_calls json,
-            tool_call_id text,
-            attachments json,
-            data json,
-            assets json,
-            narration text,
-            embedding real[],
-            embedding_model text,
-            stamp text,
-            search_terms tsvector,
-            search_length integer,
-            PRIMARY KEY (session_id, seq)
-        )""",
-        "CREATE UNIQUE INDEX events_by_id ON events (id)",
-        # A read of the last n events extends back to a turn start, and the active view
-        # starts at the newest compaction: each is found by a descending probe here.
-        """CREATE INDEX events_turn_starts ON events (session_id, seq)
-            WHERE type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND NOT synthetic""",
-        "CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'COMPACTION'",
-        # Without fastupdate's pending list, which every search would read whole until
-        # a vacuum merges it: each insert pays for its words, each search walks the index.
-        "CREATE INDEX events_search ON events USING gin (search_terms) WITH (fastupdate = off)",
-        """CREATE TABLE participants (
-            session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            user_id text COLLATE "C" NOT NULL,
-            first_seq bigint NOT NULL,
-            PRIMARY KEY (session_id, user_id)
-        )""",
-        "CREATE INDEX participants_in_order ON participants (session_id, first_seq)",
-        """CREATE TABLE indexed_metadata_keys (name text COLLATE "C" PRIMARY KEY)""",
-        """CREATE TABLE session_metadata (
-            name text COLLATE "C" NOT NULL,
-            value text COLLATE "C" NOT NULL,
-            session_id text COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            PRIMARY KEY (name, value, session_id)
-        )""",
-        "CREATE INDEX session_metadata_by_session ON session_metadata (session_id)",
-        # The vector index the store declares: one row. Its HNSW index, where pgvector
-        # is installed, is built from this row (see `search.hnsw_index_ddl`).
-        """CREATE TABLE vector_index (
-            id integer PRIMARY KEY CHECK (id = 1),
-            dimensions integer NOT NULL CHECK (dimensions > 0),
-            metric text NOT NULL CHECK (metric IN ('cosine', 'euclidean')),
-            model text NOT NULL
-        )""",
-    ),
+    # The vector index's HNSW index, where pgvector is installed, is built from its one
+    # row (see `search.hnsw_index_ddl`).
+    DDL.create(tables.TABLES),
     (
         # A metadata value of any length: a btree entry holds at most about 2.7 kB, so
         # the index holds each value's MD5 and a lookup compares the whole value after
@@ -254,7 +181,7 @@ async def prepare_database(
         # tables (not create in the schema) connects to an up-to-date schema.
         await drive(DRIVER, connection, migrate(version_table(schema), MIGRATIONS, where))
     text_collation = next((c for c in TEXT_COLLATIONS if c in (collations or ())), None)
-    return ServerFacts(vector_schema, _version_tuple(vector_version), text_collation)
+    return ServerFacts(vector_schema, version_tuple(vector_version or ""), text_collation)
 
 
 async def read_pending_migrations(
@@ -292,13 +219,3 @@ async def _vector_extension(connection: AsyncConnection[Any]) -> tuple[str | Non
     cursor = await connection.execute(VECTOR_EXTENSION)
     row = await cursor.fetchone()
     return (None, None) if row is None else (str(row[0]), str(row[1]))
-
-
-def _version_tuple(version: str | None) -> tuple[int, ...]:
-    """``"0.8.2"`` as (0, 8, 2); what is not a number ends it."""
-    numbers: list[int] = []
-    for part in (version or "").split("."):
-        if not part.isdigit():
-            break
-        numbers.append(int(part))
-    return tuple(numbers)

@@ -1,5 +1,6 @@
 """What every SQL backend shares, with no I/O: columns, rows, statements, decisions.
 
+- `tables`: the tables, columns and indexes, described once; `tables.DDL` renders them.
 - `statements`: the field lists of ``users``, ``sessions`` and ``events`` and the
   statements every SQL backend runs alike (reads by id, listings and counts, summaries,
   parts, participants, metadata lookups, title, narration, deletes), rendered in a
@@ -23,11 +24,9 @@
 
 How a new SQL backend plugs in (``convostore.backends.mysql`` is the smallest example):
 
-1. A schema: versioned migrations creating the tables named in `statements` (with the
-   columns of `USER_FIELDS`, `SESSION_FIELDS`, `EVENT_FIELDS`, plus ``sessions.last_seq``,
-   ``message_count``, ``started_by``; ``participants``; ``session_metadata``;
-   ``indexed_metadata_keys``; the vector index record), and its `migrate.VersionTable`;
-   `migrate.migrate` applies them at `open` under the backend's lock.
+1. A schema: versioned migrations, the first creating `tables.TABLES` as its
+   `tables.DDL` renders them (its type names, table options), and its
+   `migrate.VersionTable`; `migrate.migrate` applies them at `open` under its lock.
 2. A dialect: ``Dialect(name, param, time_param, rows, ...)``: how a named parameter
    is written (``%(name)s`` for the MySQL drivers), how a time is passed and read
    (``RowReader(time_of, vector_of)``), and where its SQL differs: index hints, its own

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Generic, TypeVar
 
@@ -23,10 +24,17 @@ from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.backends.sql.writes import KeyStatements, SessionWrites
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
+from convostore.errors import StoreError
 from convostore.model import Role, Session, User
 from convostore.prepare import NewSession, SessionChanges
 
-__all__ = ["AsyncSQLBackend", "Driver", "RollbackAndReturn", "drive", "in_transaction"]
+__all__ = [
+    "AsyncSQLBackend",
+    "Driver",
+    "RollbackAndReturn",
+    "drive",
+    "in_transaction",
+]
 
 log = logging.getLogger("convostore.sql")
 
@@ -37,7 +45,23 @@ _RETRY_BASE_S: Final = 0.005
 
 
 class Driver(abc.ABC, Generic[C]):
-    """How one asyncio driver runs statements on its connection type ``C``."""
+    """How one asyncio driver runs statements on its connection type ``C``, and which
+    of its exceptions (``exceptions``) become which of convostore's (`translate`)."""
+
+    exceptions: tuple[type[BaseException], ...]
+
+    @abc.abstractmethod
+    def translate(self, error: BaseException, where: str) -> StoreError:
+        """The convostore error to raise (``from error``) for one of ``exceptions``
+        (``where``: the server and database, for the message)."""
+
+    @contextlib.contextmanager
+    def translated(self, where: str) -> Iterator[None]:
+        """The driver's ``exceptions`` raised in the block become convostore's."""
+        try:
+            yield
+        except self.exceptions as error:
+            raise self.translate(error, where) from error
 
     @abc.abstractmethod
     async def fetch_one(self, connection: C, statement: str, parameters: Any = None) -> Any:

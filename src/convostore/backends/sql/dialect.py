@@ -103,6 +103,12 @@ class Dialect:
         """Shorthand for ``param``."""
         return self.param(name, sql_type)
 
+    def insert(self, table: str, fields: tuple[str, ...], rows: int = 1) -> str:
+        """The INSERT of ``rows`` rows of ``fields`` into ``table``, each row's values
+        positional parameters in the order of ``fields``."""
+        row = "(" + ", ".join([self.marker] * len(fields)) + ")"
+        return f"INSERT INTO {table} ({', '.join(fields)}) VALUES " + ", ".join([row] * rows)
+
     def integers_table(self, marker: str, alias: str) -> str:
         """A parameter of integers as a table ``alias`` of one column ``value``."""
         if self.integers is not None:

@@ -6,10 +6,7 @@ string per combination, so the set of statements is bounded and each is prepared
 per connection. No value is ever formatted into SQL: a dialect renders only parameter
 markers (and the casts a database needs) and index hints from a fixed list.
 
-The tables and columns every SQL schema has: ``users`` (`USER_FIELDS`), ``sessions``
-(`SESSION_FIELDS`, plus ``last_seq``, ``message_count``, ``started_by``), ``events``
-(`EVENT_FIELDS`), ``participants (session_id, user_id, first_seq)``,
-``session_metadata (name, value, session_id)``, ``indexed_metadata_keys (name)``.
+The tables and their columns are `convostore.backends.sql.tables`.
 
 The metadata index follows the keys of ``indexed_metadata_keys`` as they are when a
 write commits, not as the writing store last read them (another store may have added or
@@ -33,6 +30,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from convostore.backends.sql import tables
 from convostore.backends.sql.dialect import Dialect
 from convostore.model import SessionOrder
 
@@ -40,23 +38,18 @@ __all__ = [
     "EVENT_FIELDS",
     "LISTING_INDEXES",
     "SESSION_FIELDS",
-    "SESSION_INDEXES",
     "USER_FIELDS",
     "Statements",
     "columns",
 ]
 
+USER_FIELDS: Final = tuple(column.name for column in tables.USERS.columns)
+# The columns of events every SQL backend has, in their order.
+EVENT_FIELDS: Final = tuple(c.name for c in tables.EVENTS.columns if c.only == tables.EVERY)
 # fmt: off
-USER_FIELDS: Final = ("id", "display_name", "username", "email", "kind", "metadata")
 SESSION_FIELDS: Final = (
     "id", "owner_id", "title", "kind", "part_of", "held_with", "created_at",
     "last_activity_at", "expires_at", "metadata", "version", "stamp",
-)
-EVENT_FIELDS: Final = (
-    "session_id", "seq", "id", "type", "created_at", "branch", "metadata", "payload",
-    "synthetic", "role", "content", "author_id", "recipient_ids", "in_reply_to",
-    "tool_calls", "tool_call_id", "attachments", "data", "assets", "narration",
-    "embedding", "embedding_model", "stamp",
 )
 # fmt: on
 
@@ -74,26 +67,6 @@ LISTING_INDEXES: Final = {
     (SessionOrder.LAST_ACTIVITY, True, False): "sessions_by_activity",
     (SessionOrder.LAST_ACTIVITY, True, True): "sessions_by_activity",
 }
-
-
-# The indexes of ``sessions`` every SQL schema creates, in its first migration.
-SESSION_INDEXES: Final = (
-    # Listings page by keyset on these, so page n reads what page 1 reads. Top-level
-    # listings (the default) have their own partial indexes; a listing that includes
-    # parts and filters by kind walks the owner's index and filters kind per row.
-    "CREATE INDEX sessions_top_by_created ON sessions (owner_id, id) WHERE part_of IS NULL",
-    """CREATE INDEX sessions_top_by_activity
-        ON sessions (owner_id, last_activity_at, id) WHERE part_of IS NULL""",
-    """CREATE INDEX sessions_top_kind_by_created
-        ON sessions (owner_id, kind, id) WHERE part_of IS NULL""",
-    """CREATE INDEX sessions_top_kind_by_activity
-        ON sessions (owner_id, kind, last_activity_at, id) WHERE part_of IS NULL""",
-    "CREATE INDEX sessions_by_created ON sessions (owner_id, id)",
-    "CREATE INDEX sessions_by_activity ON sessions (owner_id, last_activity_at, id)",
-    # Also serves the cascade from a session to its parts.
-    "CREATE INDEX sessions_parts ON sessions (part_of, held_with, id)",
-    "CREATE INDEX sessions_expiry ON sessions (expires_at) WHERE expires_at IS NOT NULL",
-)
 
 
 def columns(fields: tuple[str, ...], alias: str = "") -> str:
@@ -123,9 +96,9 @@ class Statements:
         self.dialect = dialect
         self._listings: dict[tuple[bool, SessionOrder, bool, bool, bool], str] = {}
         self._counts: dict[tuple[bool, bool], str] = {}
-        p, m = dialect.p, dialect.marker
+        p = dialect.p
         # USER_FIELDS, positional: a user written whole, or only where none is stored.
-        user = f"INSERT INTO users ({USER_COLUMNS}) VALUES ({', '.join([m] * len(USER_FIELDS))})"
+        user = dialect.insert("users", USER_FIELDS)
         self.upsert_user = user + dialect.replace_existing("id", USER_FIELDS[1:])
         self.insert_user_if_absent = user + dialect.keep_existing("id")
         # id

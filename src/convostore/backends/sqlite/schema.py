@@ -14,15 +14,15 @@ import urllib.parse
 from typing import Final
 
 from convostore.backends.migrations import pending
-from convostore.backends.sql import writes
+from convostore.backends.sql import tables, writes
 from convostore.backends.sql.migrate import (
     VersionTable,
     checked_version,
     migrate,
     pending_migrations,
 )
-from convostore.backends.sql.statements import SESSION_INDEXES
 from convostore.backends.sql.steps import drive
+from convostore.backends.sql.tables import Column, Table, Type
 from convostore.backends.sqlite.connection import TOKENS_FUNCTION, in_write_transaction
 from convostore.backends.sqlite.statements import STATEMENTS, WRITES
 from convostore.backends.sqlite.url import SQLiteTarget
@@ -78,73 +78,27 @@ VECTOR_CHANGES_MIGRATION: Final = (
     "UPDATE vector_generation SET generation = generation + 1 WHERE id = 1",
 )
 
+DDL: Final = tables.DDL(
+    tables.SQLITE,
+    types={
+        Type.ID: "TEXT", Type.LABEL: "TEXT", Type.TEXT: "TEXT", Type.JSON: "TEXT",
+        Type.TIME: "INTEGER", Type.BIGINT: "INTEGER", Type.INT: "INTEGER", Type.FLAG: "INTEGER",
+        Type.VECTOR: "BLOB", Type.ONE: "INTEGER CHECK ({name} = 1)",
+    },
+    without_rowid=True,
+)  # fmt: skip
+_ONE_ROW: Final = Column("id", Type.ONE)
+_BIGINT: Final = Type.BIGINT
+# Counting a user's sessions reads a few rows here instead of their sessions.
+_OWNER_SESSION_COUNTS: Final = Table("owner_session_counts", (
+    Column("owner_id", Type.ID), Column("kind", Type.LABEL), Column("is_part", Type.FLAG),
+    Column("sessions", _BIGINT),
+), "owner_id, kind, is_part", clustered=True)  # fmt: skip
+
 MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
-        """CREATE TABLE users (
-            id TEXT PRIMARY KEY,
-            display_name TEXT NOT NULL,
-            username TEXT,
-            email TEXT,
-            kind TEXT NOT NULL,
-            metadata TEXT NOT NULL
-        )""",
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            owner_id TEXT,
-            title TEXT,
-            kind TEXT NOT NULL,
-            part_of TEXT REFERENCES sessions (id) ON DELETE CASCADE,
-            held_with TEXT,
-            created_at INTEGER NOT NULL,
-            last_activity_at INTEGER NOT NULL,
-            expires_at INTEGER,
-            metadata TEXT NOT NULL,
-            version INTEGER NOT NULL DEFAULT 0,
-            last_seq INTEGER NOT NULL DEFAULT 0,
-            stamp TEXT NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            started_by TEXT
-        )""",
-        *SESSION_INDEXES,
-        """CREATE TABLE events (
-            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            seq INTEGER NOT NULL,
-            id TEXT NOT NULL,
-            type TEXT NOT NULL,
-            created_at INTEGER NOT NULL,
-            branch TEXT,
-            metadata TEXT NOT NULL,
-            payload TEXT,
-            synthetic INTEGER NOT NULL,
-            role TEXT,
-            content TEXT,
-            author_id TEXT,
-            recipient_ids TEXT,
-            in_reply_to TEXT,
-            tool_calls TEXT,
-            tool_call_id TEXT,
-            attachments TEXT,
-            data TEXT,
-            assets TEXT,
-            narration TEXT,
-            embedding BLOB,
-            embedding_model TEXT,
-            stamp TEXT
-        )""",
-        "CREATE UNIQUE INDEX events_by_seq ON events (session_id, seq)",
-        "CREATE UNIQUE INDEX events_by_id ON events (id)",
-        # A read of the last n events extends back to a turn start, and the active view
-        # starts at the newest compaction: each is found by a descending probe here.
-        """CREATE INDEX events_turn_starts ON events (session_id, seq)
-            WHERE type = 'MESSAGE' AND role = 'user' AND branch IS NULL AND synthetic = 0""",
-        "CREATE INDEX events_compactions ON events (session_id, seq) WHERE type = 'COMPACTION'",
-        """CREATE TABLE participants (
-            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            user_id TEXT NOT NULL,
-            first_seq INTEGER NOT NULL,
-            PRIMARY KEY (session_id, user_id)
-        ) WITHOUT ROWID""",
-        "CREATE INDEX participants_in_order ON participants (session_id, first_seq)",
+        # The vector index record came with text search, in version 2.
+        *DDL.create(t for t in tables.TABLES if t is not tables.VECTOR_INDEX),
         """CREATE TRIGGER events_add_participant AFTER INSERT ON events
             WHEN NEW.author_id IS NOT NULL
         BEGIN
@@ -152,22 +106,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
                 VALUES (NEW.session_id, NEW.author_id, NEW.seq)
                 ON CONFLICT DO NOTHING;
         END""",
-        """CREATE TABLE indexed_metadata_keys (name TEXT PRIMARY KEY) WITHOUT ROWID""",
-        """CREATE TABLE session_metadata (
-            name TEXT NOT NULL,
-            value TEXT NOT NULL,
-            session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            PRIMARY KEY (name, value, session_id)
-        ) WITHOUT ROWID""",
-        "CREATE INDEX session_metadata_by_session ON session_metadata (session_id)",
-        # Counting a user's sessions reads a few rows here instead of their sessions.
-        """CREATE TABLE owner_session_counts (
-            owner_id TEXT NOT NULL,
-            kind TEXT NOT NULL,
-            is_part INTEGER NOT NULL,
-            sessions INTEGER NOT NULL,
-            PRIMARY KEY (owner_id, kind, is_part)
-        ) WITHOUT ROWID""",
+        *DDL.create([_OWNER_SESSION_COUNTS]),
         """CREATE TRIGGER sessions_count_insert AFTER INSERT ON sessions
             WHEN NEW.owner_id IS NOT NULL
         BEGIN
@@ -203,13 +142,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         END""",
         """INSERT INTO events_fts (rowid, content)
             SELECT rowid, content FROM events WHERE type = 'MESSAGE'""",
-        # The vector index declared from the store's embedder: one row.
-        """CREATE TABLE vector_index (
-            id INTEGER PRIMARY KEY CHECK (id = 1),
-            dimensions INTEGER NOT NULL,
-            metric TEXT NOT NULL,
-            model TEXT NOT NULL
-        )""",
+        *DDL.create([tables.VECTOR_INDEX]),
         # Vector search reads the vectors of one model.
         """CREATE INDEX events_by_model ON events (embedding_model)
             WHERE type = 'MESSAGE' AND embedding IS NOT NULL""",
@@ -221,10 +154,7 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # grows, and rowids only grow with it (a rowid can be reused only after a
         # delete), so the rows above the largest rowid a cache has seen are all that is
         # new. Any delete counts, with a vector or not, for that reason.
-        """CREATE TABLE vector_generation (
-            id INTEGER PRIMARY KEY CHECK (id = 1),
-            generation INTEGER NOT NULL
-        )""",
+        *DDL.create([Table("vector_generation", (_ONE_ROW, Column("generation", _BIGINT)), "id")]),
         "INSERT INTO vector_generation (id, generation) VALUES (1, 0)",
         """CREATE TRIGGER events_vector_update
             AFTER UPDATE OF type, session_id, role, embedding, embedding_model ON events
@@ -285,10 +215,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # rowid left, below which the next insert's rowid (max + 1) can never fall.
         # From this version on every events row is inserted with a stamp of its own and
         # every UPDATE of events sets a new one: `event_cache` tells rows apart by it.
-        """CREATE TABLE text_index_state (
-            id INTEGER PRIMARY KEY CHECK (id = 1),
-            indexed_through INTEGER NOT NULL
-        )""",
+        *DDL.create(
+            [Table("text_index_state", (_ONE_ROW, Column("indexed_through", _BIGINT)), "id")]
+        ),
         # Every message is indexed here: the old trigger indexed each one.
         """INSERT INTO text_index_state (id, indexed_through)
             VALUES (1, (SELECT coalesce(max(rowid), 0) FROM events))""",

@@ -26,10 +26,6 @@ from convostore.backends.sqlite.connection import CONTAINS_FUNCTION
 from convostore.backends.sqlite.rows import READER
 
 
-def _placeholders(fields: tuple[str, ...]) -> str:
-    return ", ".join("?" for _ in fields)
-
-
 def _count_sessions(include_parts: bool, by_kind: bool) -> str:
     """How many sessions a listing holds, from the counts the triggers keep.
     Parameters: owner_id, kind."""
@@ -67,15 +63,12 @@ DIALECT: Final = Dialect(
 )
 STATEMENTS: Final = Statements(DIALECT)
 
-SESSION_COLUMNS: Final = columns(SESSION_FIELDS)
 EVENT_COLUMNS: Final = columns(EVENT_FIELDS)
 
 # ---------------------------------------------------------------------------- sessions
 
 SESSION_EXISTS: Final = "SELECT 1 FROM sessions WHERE id = ?"
-INSERT_SESSION: Final = (
-    f"INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ({_placeholders(SESSION_FIELDS)})"
-)
+INSERT_SESSION: Final = DIALECT.insert("sessions", SESSION_FIELDS)
 # A write's candidate entry, kept only if the database indexes its key now (the write
 # transaction holds the database's one write lock: no key add or drop interleaves).
 INSERT_METADATA_ENTRY: Final = (
@@ -110,7 +103,7 @@ ADVANCE_SESSION: Final = (
     "RETURNING last_seq, "
     "(SELECT count(*) FROM json_each(?8) WHERE value NOT IN (SELECT id FROM users))"
 )
-INSERT_EVENT: Final = f"INSERT INTO events ({EVENT_COLUMNS}) VALUES ({_placeholders(EVENT_FIELDS)})"
+INSERT_EVENT: Final = DIALECT.insert("events", EVENT_FIELDS)
 EVENTS_WITH_IDS: Final = (
     f"SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT value FROM json_each(?))"
 )
