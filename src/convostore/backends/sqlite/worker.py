@@ -12,7 +12,9 @@ commit is durable.
 
 A writer (one thread) may also write inline: a small write (its caller says so) that
 finds nothing else queued or running, and no other task about to write, runs on the
-caller's own thread under the connection's lock, paced as `inline` says. A write whose
+caller's own thread under the connection's lock, paced as `inline` says. A small write
+that finds other tasks ready lets them go first, once: the writes they start meanwhile
+go straight to the thread, and it joins their group there. A write whose
 lock another process holds goes through the thread, which may wait for it; and the WAL
 is checkpointed on the thread every `INLINE_CHECKPOINT_EVERY` inline writes, so that
 the checkpoint SQLite would otherwise run at the end of some commit does not stall the
@@ -112,6 +114,7 @@ class ConnectionWorker:
         self._inline = InlineConnection(where) if inline else None
         self._restore_wait = ""
         self._arrivals = 0
+        self._gathering = False
         self._since_checkpoint = 0
 
     async def start(self) -> None:
@@ -149,12 +152,21 @@ class ConnectionWorker:
         it is committed and durable; writes queued at the same time commit together. A
         ``small`` write (a bounded one: a few rows, no scan) may run inline."""
         inline = self._inline if small and self._accepting else None
+        if inline is not None and self._gathering:
+            # Another write is letting the ready tasks go first: this one is one of
+            # them, and goes through the thread in the group it gathers.
+            self._arrivals += 1
+            return await self._submit(fn, args, True)
         if inline is not None and inline.pacer.allows() and self._jobs.empty():
             arrival = self._arrivals = self._arrivals + 1
             if _others_ready():
                 # The tasks ready to run go first: a write one of them starts now goes
                 # through the thread with this one, in one group.
-                await asyncio.sleep(0)
+                self._gathering = True
+                try:
+                    await asyncio.sleep(0)
+                finally:
+                    self._gathering = False
             if self._arrivals == arrival and self._jobs.empty():
                 ran, result = inline.run(inline_write, (fn, args))
                 if ran:
