@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import convostore
-from convostore import EventWrite, MessageWrite, Role, Store
+from convostore import EventWrite, MessageWrite, Role, Store, StoreClosedError
 from convostore.backends.sqlite import inline as inline_module
 from convostore.backends.sqlite import worker as worker_module
 from convostore.backends.sqlite.connection import Outcome, Write, in_group_transaction
@@ -123,6 +123,30 @@ async def test_writes_started_together_commit_in_groups(
     assert len(groups) <= count // 2, groups
     for session in sessions:
         assert len(await store.messages(session.id)) == count // 4
+
+
+async def test_writes_gathered_as_the_writer_stops_are_refused_not_left_waiting(
+    store: Store,
+) -> None:
+    writer = sqlite_of(store)._writer
+
+    def write(connection: sqlite3.Connection) -> None:
+        connection.execute("SELECT 1").fetchone()
+
+    async def one() -> str:
+        try:
+            await writer.transact(write, small=True)
+        except StoreClosedError:
+            return "refused"
+        return "ran"
+
+    # The first write lets the others go first and gathers theirs; the writer stops
+    # before it hands them over: each is refused, none waits for a thread that ended.
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(*(one() for _ in range(5)), writer.stop(), *(one() for _ in range(3))),
+        timeout=30,
+    )
+    assert outcomes == ["refused"] * 5 + [None] + ["refused"] * 3
 
 
 async def test_the_wal_is_checkpointed_on_a_reader_thread_while_writes_go_on(

@@ -14,7 +14,7 @@ A writer (one thread) may also write inline: a small write (its caller says so) 
 finds nothing else queued or running, and no other task about to write, runs on the
 caller's own thread under the connection's lock, paced as `inline` says. A small write
 that finds other tasks ready lets them go first, once: the writes they start meanwhile
-go straight to the thread, and it joins their group there. A write whose
+are gathered and handed to the thread with it, as one group. A write whose
 lock another process holds goes through the thread, which may wait for it; and the WAL
 is checkpointed every `INLINE_CHECKPOINT_EVERY` inline writes, on a thread of the
 readers' (`checkpoint_on`) where there are any, so that the checkpoint SQLite would
@@ -114,7 +114,7 @@ class ConnectionWorker:
         self._inline = InlineConnection(where) if inline else None
         self._restore_wait = ""
         self._arrivals = 0
-        self._gathering = False
+        self._gathered: list[_Job] | None = None
         self._since_checkpoint = 0
         self._checkpointer: ConnectionWorker | None = None
 
@@ -153,21 +153,23 @@ class ConnectionWorker:
         it is committed and durable; writes queued at the same time commit together. A
         ``small`` write (a bounded one: a few rows, no scan) may run inline."""
         inline = self._inline if small and self._accepting else None
-        if inline is not None and self._gathering:
+        gathered = self._gathered
+        if inline is not None and gathered is not None:
             # Another write is letting the ready tasks go first: this one is one of
-            # them, and goes through the thread in the group it gathers.
+            # them, and goes to the thread in the group it gathers.
             self._arrivals += 1
-            return await self._submit(fn, args, True)
+            return await self._join(fn, args, gathered)
         if inline is not None and inline.pacer.allows() and self._jobs.empty():
             arrival = self._arrivals = self._arrivals + 1
             if _others_ready():
-                # The tasks ready to run go first: a write one of them starts now goes
-                # through the thread with this one, in one group.
-                self._gathering = True
+                # The tasks ready to run go first: the writes they start meanwhile are
+                # handed to the thread together, with this one, as one group.
+                self._gathered = gathered = []
                 try:
                     await asyncio.sleep(0)
                 finally:
-                    self._gathering = False
+                    self._gathered = None
+                    self._hand_over(gathered)
             if self._arrivals == arrival and self._jobs.empty():
                 ran, result = inline.run(inline_write, (fn, args))
                 if ran:
@@ -203,12 +205,37 @@ class ConnectionWorker:
         if after_commit is not None and after_commit.due():
             self.post(after_commit)
 
+    def _hand_over(self, gathered: list[_Job]) -> None:
+        """Queue the gathered writes one after another (the thread takes them as one
+        group); if the worker stopped meanwhile, fail them as any later write fails."""
+        for job in gathered:
+            future, loop = job[0], job[1]
+            if self._accepting:
+                self._jobs.put(job)
+            elif future is not None and loop is not None:
+                _fail(future, StoreClosedError(f"{self.where}: the store is closed"))
+
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
+        future, job = self._job(fn, args, write)
+        self._jobs.put(job)
+        return await self._answer(future)
+
+    async def _join(self, fn: Callable[..., T], args: tuple[Any, ...], gathered: list[_Job]) -> T:
+        """Add a write to the ones another write gathers (see `transact`) and wait for it."""
+        future, job = self._job(fn, args, True)
+        gathered.append(job)
+        return await self._answer(future)
+
+    def _job(
+        self, fn: Callable[..., T], args: tuple[Any, ...], write: bool
+    ) -> tuple[asyncio.Future[T], _Job]:
         if not self._accepting:
             raise StoreClosedError(f"{self.where}: the store is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put((future, loop, fn, args, write))
+        return future, (future, loop, fn, args, write)
+
+    async def _answer(self, future: asyncio.Future[T]) -> T:
         try:
             return await future
         except (sqlite3.Error, UnicodeEncodeError) as error:
