@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
@@ -32,6 +32,7 @@ from convostore.model import (
     Message,
     MessageWrite,
     PageRequest,
+    Role,
     Session,
     SessionFilter,
     SessionOrder,
@@ -326,7 +327,8 @@ def prepare_message(
     users: list[User],
     required: list[str],
 ) -> PreparedEvent:
-    role = parse_role(write.role)
+    given_role = write.role
+    role = given_role if type(given_role) is Role else parse_role(given_role)
     if not isinstance(write.content, str):
         raise InvalidArgumentError("message content must be a string")
     _json.check_text(write.content, "message content")
@@ -335,13 +337,26 @@ def prepare_message(
     )
     if isinstance(write.recipients, (str, User)):
         raise InvalidArgumentError("recipients must be a sequence of users or user ids")
-    recipient_ids = tuple(_collect_user(r, "recipient", users, required) for r in write.recipients)
+    recipients = _parts(write.recipients, "recipients")
+    recipient_ids = (
+        tuple(_collect_user(r, "recipient", users, required) for r in recipients)
+        if recipients
+        else ()
+    )
     created_at = optional_time(write.created_at, "created_at") or now
     metadata, metadata_json = normalized_metadata(write.metadata)
-    tool_calls = tuple(_check_tool_call(c) for c in write.tool_calls)
-    attachments = tuple(_check_attachment(a, created_at) for a in write.attachments)
-    data = tuple(_check_data(d) for d in write.data)
-    assets = tuple(_check_asset(a, created_at) for a in write.assets)
+    tool_calls = _parts(write.tool_calls, "tool_calls")
+    if tool_calls:
+        tool_calls = tuple(_check_tool_call(c) for c in tool_calls)
+    attachments = _parts(write.attachments, "attachments")
+    if attachments:
+        attachments = tuple(_check_attachment(a, created_at) for a in attachments)
+    data = _parts(write.data, "data")
+    if data:
+        data = tuple(_check_data(d) for d in data)
+    assets = _parts(write.assets, "assets")
+    if assets:
+        assets = tuple(_check_asset(a, created_at) for a in assets)
     embedding = None if write.embedding is None else check_vector(write.embedding)
     if embedding is not None:
         model = write.embedding_model
@@ -395,6 +410,16 @@ def check_id(value: Any, name: str) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > 255:
         raise InvalidArgumentError(f"{name} must be a non-blank string of at most 255 characters")
     return _json.check_text(value, name)
+
+
+def _parts(items: Any, name: str) -> tuple[Any, ...]:
+    """A list-valued part of a message write as a tuple: () for an empty one, without
+    a pass over it; a string or a value that is not a sequence is refused."""
+    if type(items) is tuple:
+        return items
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidArgumentError(f"{name} must be a sequence")
+    return tuple(items)
 
 
 def _event_id(value: str | None) -> str:

@@ -64,6 +64,11 @@ BAD_CALLS: dict[str, Call] = {
     "blank-author-id": lambda s, sid: s.add_message(sid, say("x", author="")),
     "non-user-author": lambda s, sid: s.add_message(sid, say("x", author=bad(7))),
     "recipients-as-a-string": lambda s, sid: s.add_message(sid, say("x", recipients="alice")),
+    "recipients-none": lambda s, sid: s.add_message(sid, say("x", recipients=bad(None))),
+    "tool-calls-none": lambda s, sid: s.add_message(sid, say("x", tool_calls=bad(None))),
+    "attachments-a-number": lambda s, sid: s.add_message(sid, say("x", attachments=bad(0))),
+    "data-a-string": lambda s, sid: s.add_message(sid, say("x", data=bad(""))),
+    "assets-a-bool": lambda s, sid: s.add_message(sid, say("x", assets=bad(False))),
     # users
     "user-kind": lambda s, sid: s.put_user(User("u", "n", kind=bad("robot"))),
     "user-display-name": lambda s, sid: s.put_user(User("u", bad(None))),
