@@ -2,7 +2,7 @@
 thread, durable before it is answered; a large one, one that meets another process's
 write lock and writes started together go through the writer thread (the last in one
 group); the pacing stops inline writes while they are slow; and the WAL is checkpointed
-on the writer thread, not in an inline commit."""
+on a reader's thread, not in an inline commit nor in the writes' way."""
 
 from __future__ import annotations
 
@@ -115,8 +115,9 @@ async def test_writes_started_together_commit_in_groups(
         )
     )
     inline = inline_writes(store) - before
-    # Each write yields once before it decides; only the last to arrive may find the
-    # writer idle, and none runs inline in front of the others.
+    # The first write lets the other tasks go first, and theirs join it through the
+    # thread; at most one may find the writer idle, and none runs inline in front of
+    # the others.
     assert inline <= 1
     assert sum(groups) + inline == count
     assert len(groups) <= count // 2, groups
@@ -124,27 +125,36 @@ async def test_writes_started_together_commit_in_groups(
         assert len(await store.messages(session.id)) == count // 4
 
 
-async def test_the_wal_is_checkpointed_on_the_writer_thread(
+async def test_the_wal_is_checkpointed_on_a_reader_thread_while_writes_go_on(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(worker_module, "INLINE_CHECKPOINT_EVERY", 4)
     threads: list[str] = []
+    running, release, done = threading.Event(), threading.Event(), threading.Event()
     original = worker_module._checkpoint
 
-    def recording(connection: sqlite3.Connection) -> None:
+    def held(connection: sqlite3.Connection) -> None:
         threads.append(threading.current_thread().name)
+        running.set()
+        release.wait(30)
         original(connection)
+        done.set()
 
-    monkeypatch.setattr(worker_module, "_checkpoint", recording)
+    monkeypatch.setattr(worker_module, "_checkpoint", held)
     session = await store.create_session(ADA)
-    # A write that finds a checkpoint queued or running goes through the thread and is
-    # not counted; at least every other write is.
-    for n in range(40):
+    for n in range(3):
         await store.add_message(session.id, MessageWrite(Role.USER, f"m{n}"))
-    # The writer's queue runs in order: a job queued now runs after the checkpoints.
-    await sqlite_of(store)._writer.run(lambda _: None)
-    assert len(threads) >= 2
-    assert all(name.startswith("convostore-sqlite-writer") for name in threads)
+    assert await asyncio.to_thread(running.wait, 30)  # the fourth inline write's
+    # The checkpoint holds no write lock: while it runs, writes still run inline.
+    before = inline_writes(store)
+    for n in range(3, 6):
+        await store.add_message(session.id, MessageWrite(Role.USER, f"m{n}"))
+    assert inline_writes(store) == before + 3
+    release.set()
+    assert await asyncio.to_thread(done.wait, 30)
+    assert threads
+    assert all(name.startswith("convostore-sqlite-reader") for name in threads)
+    assert len(await store.messages(session.id)) == 6
 
 
 def test_slow_inline_operations_send_the_next_ones_to_the_threads(

@@ -13,11 +13,12 @@ import convostore
 from convostore import EventWrite, MessageWrite, PageRequest, Role, SessionOrder, Store
 from convostore.backends.sqlite import SQLiteTarget
 from convostore.backends.sqlite import statements as sql
+from convostore.backends.sqlite import text_index as text_index_module
 from convostore.backends.sqlite.connection import open_connection
 from convostore.backends.sqlite.schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
-from convostore.backends.sqlite.text_index import BATCH
+from convostore.backends.sqlite.text_index import BATCH, write_catch_up
 from convostore.ids import new_id
-from tests.backends.sqlite.support import ADA, db_url
+from tests.backends.sqlite.support import ADA, db_url, sqlite_of
 
 
 def raw_rows(path: Path, statement: str) -> list[tuple[object, ...]]:
@@ -170,6 +171,27 @@ async def test_the_writer_indexes_a_batch_without_a_search(store: Store, db_path
     matched = "SELECT count(*) FROM events_fts WHERE events_fts MATCH 'delta'"
     assert raw_rows(db_path, matched) == [(through,)]
     assert len(await store.search("delta", mode="text", k=1000)) == BATCH // 2 + BATCH
+
+
+async def test_a_batch_commits_without_an_fsync_and_the_writes_keep_theirs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    levels: list[int] = []
+
+    def recording(connection: sqlite3.Connection) -> int:
+        levels.append(connection.execute("PRAGMA synchronous").fetchone()[0])
+        return write_catch_up(connection)
+
+    monkeypatch.setattr(text_index_module, "write_catch_up", recording)
+    session = await store.create_session(ADA)
+    for n in range(BATCH + 2):
+        await store.add_message(session.id, MessageWrite(Role.USER, f"delta {n}"))
+    await store.append_event(session.id, EventWrite("APP.STEP"))
+    assert levels
+    assert set(levels) == {1}  # NORMAL: the batch's own commit
+    writer = sqlite_of(store)._writer
+    level = await writer.run(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+    assert level == 2  # FULL again, the store's default, for every write after it
 
 
 async def test_messages_of_another_store_are_indexed_by_the_search(

@@ -118,6 +118,8 @@ class SQLiteBackend(SQLBackend):
                 threads=READER_THREADS,
             )
         )
+        if self._readers is not self._writer:
+            self._writer.checkpoint_on(self._readers)
         # Searches run on a thread of their own, so a slow one (a cold vector cache, a
         # large scan) never holds up the readers that every other read waits for.
         self._searchers = (

@@ -5,6 +5,11 @@ An append writes no index entry: the messages above ``indexed_through`` wait, an
 the batch where a trigger wrote one per append. It runs on the writer thread after a
 group commit once `BATCH` messages are waiting (`TextIndexer`), and before every text
 search, so a search never misses a message whose append was answered before it began.
+
+A batch after a commit does not wait for an fsync of its own (``synchronous=NORMAL``
+for its transaction), so it holds the write lock for its statements only: if a crash
+loses it, its messages are above the mark again and the next batch indexes them; and
+the WAL is written in order, so the next durable commit makes it durable too.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ INDEX_WAITING: Final = (
     " FROM events WHERE rowid > ? AND type = 'MESSAGE'"
 )
 MARK_INDEXED: Final = "UPDATE text_index_state SET indexed_through = ? WHERE id = 1"
+SYNCHRONOUS_LEVEL: Final = "PRAGMA synchronous"
+WITHOUT_FSYNC: Final = "PRAGMA synchronous = NORMAL"
+# The levels whose commits wait for an fsync, by the number PRAGMA synchronous reads.
+_DURABLE: Final = {2: "PRAGMA synchronous = FULL", 3: "PRAGMA synchronous = EXTRA"}
 
 
 def write_catch_up(connection: sqlite3.Connection) -> int:
@@ -69,7 +78,15 @@ class TextIndexer:
             return
         self.waiting = 0
         try:
-            in_write_transaction(connection, write_catch_up, ())
+            (level,) = connection.execute(SYNCHRONOUS_LEVEL).fetchone()
+            restore = _DURABLE.get(level)
+            if restore is not None:
+                connection.execute(WITHOUT_FSYNC)
+            try:
+                in_write_transaction(connection, write_catch_up, ())
+            finally:
+                if restore is not None:
+                    connection.execute(restore)
         except sqlite3.Error as error:
             # Nothing is lost: the messages stay waiting for the next batch or search,
             # which reports the error if it lasts.

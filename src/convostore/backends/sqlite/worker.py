@@ -12,11 +12,13 @@ commit is durable.
 
 A writer (one thread) may also write inline: a small write (its caller says so) that
 finds nothing else queued or running, and no other task about to write, runs on the
-caller's own thread under the connection's lock, paced as `inline` says. A write whose
+caller's own thread under the connection's lock, paced as `inline` says. A small write
+that finds other tasks ready lets them go first, once: the writes they start meanwhile
+go straight to the thread, and it joins their group there. A write whose
 lock another process holds goes through the thread, which may wait for it; and the WAL
-is checkpointed on the thread every `INLINE_CHECKPOINT_EVERY` inline writes, so that
-the checkpoint SQLite would otherwise run at the end of some commit does not stall the
-loop.
+is checkpointed every `INLINE_CHECKPOINT_EVERY` inline writes, on a thread of the
+readers' (`checkpoint_on`) where there are any, so that the checkpoint SQLite would
+otherwise run at the end of some commit stalls neither the loop nor the writes.
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ class ConnectionWorker:
         self._inline = InlineConnection(where) if inline else None
         self._restore_wait = ""
         self._arrivals = 0
+        self._gathering = False
         self._since_checkpoint = 0
+        self._checkpointer: ConnectionWorker | None = None
 
     async def start(self) -> None:
         """Start the threads, each opening its connection; raise if any cannot."""
@@ -149,18 +153,40 @@ class ConnectionWorker:
         it is committed and durable; writes queued at the same time commit together. A
         ``small`` write (a bounded one: a few rows, no scan) may run inline."""
         inline = self._inline if small and self._accepting else None
+        if inline is not None and self._gathering:
+            # Another write is letting the ready tasks go first: this one is one of
+            # them, and goes through the thread in the group it gathers.
+            self._arrivals += 1
+            return await self._submit(fn, args, True)
         if inline is not None and inline.pacer.allows() and self._jobs.empty():
             arrival = self._arrivals = self._arrivals + 1
             if _others_ready():
                 # The tasks ready to run go first: a write one of them starts now goes
                 # through the thread with this one, in one group.
-                await asyncio.sleep(0)
+                self._gathering = True
+                try:
+                    await asyncio.sleep(0)
+                finally:
+                    self._gathering = False
             if self._arrivals == arrival and self._jobs.empty():
                 ran, result = inline.run(inline_write, (fn, args))
                 if ran:
                     self._after_inline_write()
                     return result  # type: ignore[no-any-return]
         return await self._submit(fn, args, True)
+
+    def checkpoint_on(self, other: ConnectionWorker) -> None:
+        """Run the checkpoints that follow inline writes on ``other``'s threads (the
+        readers'): a checkpoint takes no write lock, so writes go on while it copies
+        pages and waits for its fsyncs, which on the writer's own thread would hold
+        them up."""
+        self._checkpointer = other
+
+    def post(self, fn: Callable[[sqlite3.Connection], object]) -> None:
+        """Queue ``fn(connection)`` for one of the threads, nobody waiting for it (what
+        it raises is logged); nothing once the worker stops."""
+        if self._accepting:
+            self._jobs.put((None, None, fn, (), False))
 
     @property
     def inline_writes(self) -> int:
@@ -172,10 +198,10 @@ class ConnectionWorker:
         self._since_checkpoint += 1
         if self._since_checkpoint >= INLINE_CHECKPOINT_EVERY:
             self._since_checkpoint = 0
-            self._jobs.put((None, None, _checkpoint, (), False))
+            (self._checkpointer or self).post(_checkpoint)
         after_commit = self._after_commit
         if after_commit is not None and after_commit.due():
-            self._jobs.put((None, None, after_commit, (), False))
+            self.post(after_commit)
 
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         if not self._accepting:
