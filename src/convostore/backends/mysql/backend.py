@@ -160,12 +160,13 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         pool = self.pool
         try:
             async with asyncio.timeout(self.target.pool_timeout):
-                with DRIVER.translated(self._where):
-                    connection = await pool.acquire()
+                connection = await pool.acquire()
         except TimeoutError as error:
             raise BackendUnavailableError(
                 f"{self._where}: no free connection in {self.target.pool_timeout} s"
             ) from error
+        except DRIVER.exceptions as error:
+            raise translate_error(error, self._where) from error
         try:
             yield connection
         except DRIVER.exceptions as error:
