@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Self, TypeVar
@@ -51,8 +50,6 @@ from convostore.model import Event, SearchHit
 from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = ["MySQLBackend"]
-
-log = logging.getLogger("convostore.mysql")
 
 T = TypeVar("T")
 
