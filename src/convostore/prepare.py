@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 import re
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from convostore import _json
 from convostore._codec import MessageParts, message_parts_json
@@ -40,6 +40,8 @@ from convostore.model import (
     User,
     UserRef,
 )
+
+T = TypeVar("T")
 
 MAX_PAGE_SIZE = 100
 MAX_KIND_LENGTH = 255
@@ -337,26 +339,15 @@ def prepare_message(
     )
     if isinstance(write.recipients, (str, User)):
         raise InvalidArgumentError("recipients must be a sequence of users or user ids")
-    recipients = _parts(write.recipients, "recipients")
-    recipient_ids = (
-        tuple(_collect_user(r, "recipient", users, required) for r in recipients)
-        if recipients
-        else ()
+    recipient_ids = _checked(
+        write.recipients, "recipients", _collect_user, "recipient", users, required
     )
     created_at = optional_time(write.created_at, "created_at") or now
     metadata, metadata_json = normalized_metadata(write.metadata)
-    tool_calls = _parts(write.tool_calls, "tool_calls")
-    if tool_calls:
-        tool_calls = tuple(_check_tool_call(c) for c in tool_calls)
-    attachments = _parts(write.attachments, "attachments")
-    if attachments:
-        attachments = tuple(_check_attachment(a, created_at) for a in attachments)
-    data = _parts(write.data, "data")
-    if data:
-        data = tuple(_check_data(d) for d in data)
-    assets = _parts(write.assets, "assets")
-    if assets:
-        assets = tuple(_check_asset(a, created_at) for a in assets)
+    tool_calls = _checked(write.tool_calls, "tool_calls", _check_tool_call)
+    attachments = _checked(write.attachments, "attachments", _check_attachment, created_at)
+    data = _checked(write.data, "data", _check_data)
+    assets = _checked(write.assets, "assets", _check_asset, created_at)
     embedding = None if write.embedding is None else check_vector(write.embedding)
     if embedding is not None:
         model = write.embedding_model
@@ -412,14 +403,15 @@ def check_id(value: Any, name: str) -> str:
     return _json.check_text(value, name)
 
 
-def _parts(items: Any, name: str) -> tuple[Any, ...]:
-    """A list-valued part of a message write as a tuple: () for an empty one, without
-    a pass over it; a string or a value that is not a sequence is refused."""
-    if type(items) is tuple:
-        return items
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise InvalidArgumentError(f"{name} must be a sequence")
-    return tuple(items)
+def _checked(items: Any, name: str, check: Callable[..., T], *extra: Any) -> tuple[T, ...]:
+    """A list-valued part of a message write, each item checked (``check(item,
+    *extra)``): () for an empty one, without a pass over it; a string or a value that
+    is not a sequence is refused."""
+    if type(items) is not tuple:
+        if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+            raise InvalidArgumentError(f"{name} must be a sequence")
+        items = tuple(items)
+    return tuple(check(item, *extra) for item in items) if items else ()
 
 
 def _event_id(value: str | None) -> str:
