@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Self, TypeVar
@@ -51,8 +50,6 @@ from convostore.model import Event, SearchHit
 from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = ["MySQLBackend"]
-
-log = logging.getLogger("convostore.mysql")
 
 T = TypeVar("T")
 
@@ -163,12 +160,13 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         pool = self.pool
         try:
             async with asyncio.timeout(self.target.pool_timeout):
-                with DRIVER.translated(self._where):
-                    connection = await pool.acquire()
+                connection = await pool.acquire()
         except TimeoutError as error:
             raise BackendUnavailableError(
                 f"{self._where}: no free connection in {self.target.pool_timeout} s"
             ) from error
+        except DRIVER.exceptions as error:
+            raise translate_error(error, self._where) from error
         try:
             yield connection
         except DRIVER.exceptions as error:

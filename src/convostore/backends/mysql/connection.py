@@ -58,11 +58,19 @@ ER_LOCK_WAIT_TIMEOUT: Final = 1205
 ER_LOCK_DEADLOCK: Final = 1213
 ER_DUP_ENTRY: Final = 1062
 ER_BAD_DB_ERROR: Final = 1049
-_ACCESS_DENIED: Final = frozenset({1044, 1045, 1142, 1143, 1227, 1370})
 # Connection lost, refused, killed, server shutting down or gone away.
 _CONNECTION_LOST: Final = frozenset({1053, 1077, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
-# Values the column cannot hold: too long, out of range, wrong string for the charset.
-_BAD_VALUE: Final = frozenset({1264, 1366, 1406, 1367, 3140, 4025})
+# What the other errors convostore tells apart become: the error, and what its message adds.
+_TRANSLATED: Final[dict[int | None, tuple[type[StoreError], str]]] = {
+    ER_LOCK_DEADLOCK: (ConflictError, ": still deadlocked after the retries; try again"),
+    ER_LOCK_WAIT_TIMEOUT: (BackendUnavailableError, ": a lock stayed held by another transaction"),
+    **dict.fromkeys(
+        (1044, 1045, 1142, 1143, 1227, 1370),
+        (BackendUnavailableError, " (the user lacks a privilege convostore needs)"),
+    ),
+    # Values the column cannot hold: too long, out of range, wrong string for the charset.
+    **dict.fromkeys((1264, 1366, 1406, 1367, 3140, 4025), (InvalidArgumentError, "")),
+}
 _SQL_MODE: Final = (
     "STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
     "NO_ENGINE_SUBSTITUTION"
@@ -241,12 +249,6 @@ def translate_error(error: BaseException, where: str) -> StoreError:
     detail = f"{where}: {message}" + ("" if code is None else f" ({code})")
     if is_connection_lost(error) or isinstance(error, OSError | asyncio.TimeoutError):
         return BackendUnavailableError(f"{detail}: the server cannot be reached")
-    if code in _ACCESS_DENIED:
-        return BackendUnavailableError(f"{detail} (the user lacks a privilege convostore needs)")
-    if code == ER_LOCK_DEADLOCK:
-        return ConflictError(f"{detail}: still deadlocked after the retries; try again")
-    if code == ER_LOCK_WAIT_TIMEOUT:
-        return BackendUnavailableError(f"{detail}: a lock stayed held by another transaction")
-    if code in _BAD_VALUE or isinstance(error, errors.DataError):
-        return InvalidArgumentError(detail)
-    return StoreError(detail)
+    default = InvalidArgumentError if isinstance(error, errors.DataError) else StoreError
+    kind, note = _TRANSLATED.get(code, (default, ""))
+    return kind(detail + note)

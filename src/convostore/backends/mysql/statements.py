@@ -176,10 +176,9 @@ EXPIRED_SESSIONS: Final = (
 )
 DELETE_IF_EXPIRED: Final = "DELETE FROM sessions WHERE id = %s AND expires_at < %s"
 # A key's entry another store backfilled meanwhile is left as it is.
-INSERT_METADATA_ENTRY: Final = (
-    "INSERT INTO session_metadata (session_id, name, value_prefix, value)"
-    " VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE value_prefix = value_prefix"
-)
+INSERT_METADATA_ENTRY: Final = DIALECT.insert(
+    "session_metadata", ("session_id", "name", "value_prefix", "value")
+) + DIALECT.keep_existing("value_prefix")
 KEY_STATEMENTS: Final = KeyStatements(
     sessions_with_key=(
         "SELECT id, metadata FROM sessions WHERE JSON_CONTAINS_PATH(metadata, 'one', %(path)s)"
