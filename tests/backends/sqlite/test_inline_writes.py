@@ -149,6 +149,23 @@ async def test_writes_gathered_as_the_writer_stops_are_refused_not_left_waiting(
     assert outcomes == ["refused"] * 5 + [None] + ["refused"] * 3
 
 
+async def test_a_write_from_another_loop_does_not_join_a_gathering(store: Store) -> None:
+    writer = sqlite_of(store)._writer
+    session = await store.create_session(ADA)
+    other_loop = asyncio.new_event_loop()
+    try:
+        # Another loop's write is gathering (on its own thread, it may hand its group
+        # over at any moment): a write of this loop takes its own way to the thread.
+        writer._gathering = (other_loop, [])
+        message = MessageWrite(Role.USER, "mine")
+        await asyncio.wait_for(store.add_message(session.id, message), timeout=30)
+        assert writer._gathering == (other_loop, [])
+    finally:
+        writer._gathering = None
+        other_loop.close()
+    assert [m.content for m in await store.messages(session.id)] == ["mine"]
+
+
 async def test_the_wal_is_checkpointed_on_a_reader_thread_while_writes_go_on(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -114,7 +114,8 @@ class ConnectionWorker:
         self._inline = InlineConnection(where) if inline else None
         self._restore_wait = ""
         self._arrivals = 0
-        self._gathered: list[_Job] | None = None
+        # While a write lets the ready tasks go first: its loop, and the writes gathered.
+        self._gathering: tuple[asyncio.AbstractEventLoop, list[_Job]] | None = None
         self._since_checkpoint = 0
         self._checkpointer: ConnectionWorker | None = None
 
@@ -153,22 +154,27 @@ class ConnectionWorker:
         it is committed and durable; writes queued at the same time commit together. A
         ``small`` write (a bounded one: a few rows, no scan) may run inline."""
         inline = self._inline if small and self._accepting else None
-        gathered = self._gathered
-        if inline is not None and gathered is not None:
-            # Another write is letting the ready tasks go first: this one is one of
-            # them, and goes to the thread in the group it gathers.
-            self._arrivals += 1
-            return await self._join(fn, args, gathered)
+        gathering = self._gathering
+        if inline is not None and gathering is not None:
+            loop, gathered = gathering
+            if loop is asyncio.get_running_loop():
+                # Another write is letting the ready tasks go first: this one is one of
+                # them, and goes to the thread in the group it gathers. A write from
+                # another event loop runs on another thread, where the group may be
+                # handed over while it joins: it goes its own way.
+                self._arrivals += 1
+                return await self._join(fn, args, gathered)
         if inline is not None and inline.pacer.allows() and self._jobs.empty():
             arrival = self._arrivals = self._arrivals + 1
             if _others_ready():
                 # The tasks ready to run go first: the writes they start meanwhile are
                 # handed to the thread together, with this one, as one group.
-                self._gathered = gathered = []
+                gathered = []
+                self._gathering = (asyncio.get_running_loop(), gathered)
                 try:
                     await asyncio.sleep(0)
                 finally:
-                    self._gathered = None
+                    self._gathering = None
                     self._hand_over(gathered)
             if self._arrivals == arrival and self._jobs.empty():
                 ran, result = inline.run(inline_write, (fn, args))
