@@ -214,12 +214,14 @@ class ConnectionWorker:
     def _hand_over(self, gathered: list[_Job]) -> None:
         """Queue the gathered writes one after another (the thread takes them as one
         group); if the worker stopped meanwhile, fail them as any later write fails."""
-        for job in gathered:
-            future, loop = job[0], job[1]
-            if self._accepting:
+        if self._accepting:
+            for job in gathered:
                 self._jobs.put(job)
-            elif future is not None and loop is not None:
-                _fail(future, StoreClosedError(f"{self.where}: the store is closed"))
+            return
+        closed = StoreClosedError(f"{self.where}: the store is closed")
+        for future, *_ in gathered:
+            if future is not None:
+                _fail(future, closed)
 
     async def _submit(self, fn: Callable[..., T], args: tuple[Any, ...], write: bool) -> T:
         future, job = self._job(fn, args, write)
