@@ -30,6 +30,9 @@ scores them; fewer than k rows (a narrow scope, or a graph walk that ended early
 back to the exact scan.
 Zero vectors have no direction (their cosine distance is NULL in MariaDB and 0 as a
 similarity in convostore): they are left out of the graph, and a zero query is scanned.
+
+`vectors_of` chooses at open how a store keeps and searches its vectors: `GraphVectors`
+on a server with the graph, else `vector_feed.FeedVectors`.
 """
 
 from __future__ import annotations
@@ -44,22 +47,32 @@ from asyncmy import errors
 
 from convostore._vectors import best, from_blobs, scores
 from convostore.backends.interface import VectorQuery
+from convostore.backends.mysql import statements as sql
+from convostore.backends.mysql import vector_feed
 from convostore.backends.mysql.connection import (
+    DRIVER,
     Connection,
     error_code,
     execute,
     fetch_all,
     fetch_one,
+    snapshot,
 )
+from convostore.backends.mysql.migrate import migration_lock
 from convostore.backends.mysql.schema import ServerFacts
+from convostore.backends.mysql.url import MySQLTarget
+from convostore.backends.sql import search as steps
+from convostore.backends.sql.aio import drive
 from convostore.backends.sql.embeddings import SELECT_VECTOR_INDEX
 from convostore.embedding import Metric, VectorIndexSpec
+from convostore.model import SearchHit
 from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = [
     "EF_SEARCH",
     "GRAPH_M",
     "NATIVE_SINCE",
+    "GraphVectors",
     "append",
     "build_graph",
     "create_table",
@@ -72,6 +85,7 @@ __all__ = [
     "server_has_vectors",
     "set_embeddings",
     "settle",
+    "vectors_of",
 ]
 
 T = TypeVar("T")
@@ -383,3 +397,80 @@ async def search(
     matrix = from_blobs([row[1] for row in rows], len(query.vector))
     ranked = best(scores(query.vector, matrix, query.metric), query.k)
     return [(int(rows[index][0]), score) for index, score in ranked]
+
+
+# ---------------------------------------------------------------------------- a store's vectors
+
+
+async def vectors_of(
+    connection: Connection, facts: ServerFacts, target: MySQLTarget
+) -> vector_feed.FeedVectors:
+    """How a store on this server keeps and searches its vectors."""
+    if await server_has_vectors(connection, facts):
+        return GraphVectors(target)
+    return vector_feed.FeedVectors(target)
+
+
+class GraphVectors(vector_feed.FeedVectors):
+    """On a server with MariaDB's graph, every store keeps the graph current, whatever
+    it searches with (each write ends with its change recorded in the feed, after the
+    graph's rows). Only a store whose URL says ``vector_search=native`` (``native``)
+    builds the graph and searches it; it keeps no cache."""
+
+    def __init__(self, target: MySQLTarget) -> None:
+        super().__init__(target)
+        self.target = target
+        self.native = target.vector_search == "native"
+        if self.native:
+            self.cache = None
+        # The graph's neighbours per node, and a search's candidates, for this store.
+        self.graph_m = GRAPH_M
+        self.ef_search = EF_SEARCH
+
+    async def append(
+        self, connection: Connection, prepared: PreparedAppend, write: Callable[..., Any]
+    ) -> AppendOutcome:
+        return await vector_feed.append(connection, prepared, append, write)
+
+    async def set_embeddings(
+        self, connection: Connection, ids: Sequence[str], write: Callable[..., Any], *args: Any
+    ) -> None:
+        await vector_feed.set_embeddings(connection, ids, set_embeddings, ids, write, *args)
+
+    async def delete_session(self, connection: Connection, session_id: str) -> bool:
+        return await vector_feed.delete_session(connection, session_id, delete_session)
+
+    async def delete_expired(self, connection: Connection, before: int) -> int:
+        return await delete_expired(connection, before, vector_feed.delete_expired)
+
+    async def declared(
+        self, connect: vector_feed.Connect, *, replace: bool, reembedding: bool
+    ) -> None:
+        """A graph of another declaration goes, whoever searches it; this store builds
+        one only if it searches it, and after a re-embedding run (`end_reembed`), over
+        every vector at once."""
+        build = self.native and not reembedding
+        if replace or build:
+            async with connect() as connection:
+                await self.rebuild(connection, replace=replace, build=build)
+
+    async def rebuild(self, connection: Connection, *, replace: bool, build: bool) -> None:
+        """Under the migration lock: with ``replace``, drop the graph; with ``build``,
+        build the graph of the recorded declaration where it is not built."""
+        async with migration_lock(connection, self.target):
+            await ensure(
+                connection,
+                replace=replace,
+                build=build,
+                graph_m=self.graph_m,
+                where=self.target.where,
+            )
+
+    async def search(self, connection: Connection, query: VectorQuery) -> list[SearchHit]:
+        if not self.native:
+            return await super().search(connection, query)
+        async with snapshot(connection):
+            found = await search(connection, query, self.ef_search)
+            if found is None:
+                return await vector_feed.scan(connection, query)
+            return await drive(DRIVER, connection, steps.hits(sql.SEARCH, found))
