@@ -76,14 +76,9 @@ __all__ = [
     "KEPT",
     "PRUNE_EVERY",
     "FeedVectors",
-    "append",
-    "delete_expired",
-    "delete_one",
-    "delete_session",
     "feed",
     "record",
     "scan",
-    "set_embeddings",
 ]
 
 KEPT: Final = 65_536
@@ -165,60 +160,6 @@ async def record(
         await execute(connection, RECORD_PRUNED, (position - KEPT,))
 
 
-async def append(
-    connection: Connection,
-    prepared: PreparedAppend,
-    write: Callable[..., Awaitable[AppendOutcome]],
-    *args: Any,
-) -> AppendOutcome:
-    """``write(connection, prepared, *args)``, then its vectors recorded (in the
-    caller's transaction)."""
-    outcome = await write(connection, prepared, *args)
-    if outcome.applied and (ids := prepared.embedded_message_ids):
-        await record(connection, message_ids=ids)
-    return outcome
-
-
-async def set_embeddings(
-    connection: Connection,
-    message_ids: Sequence[str],
-    write: Callable[..., Awaitable[None]],
-    *args: Any,
-) -> None:
-    """``write(connection, *args)`` (which sets the vectors of ``message_ids``), then
-    those rows recorded."""
-    await write(connection, *args)
-    if message_ids:
-        await record(connection, message_ids=message_ids)
-
-
-async def delete_session(
-    connection: Connection, session_id: str, write: Callable[..., Awaitable[bool]]
-) -> bool:
-    """``write(connection, session_id)``, then the session recorded if it was deleted."""
-    deleted = await write(connection, session_id)
-    if deleted:
-        await record(connection, sessions=[session_id])
-    return deleted
-
-
-async def delete_expired(connection: Connection, before: int) -> int:
-    """Delete the sessions expired at ``before`` (microseconds), each only if it still
-    is (its parts go with it), then record those deleted."""
-    deleted: list[str] = []
-    for (session_id,) in await fetch_all(connection, sql.EXPIRED_SESSIONS, (before, before)):
-        if await execute(connection, sql.DELETE_IF_EXPIRED, (session_id, before)):
-            deleted.append(session_id)
-    if deleted:
-        await record(connection, sessions=deleted)
-    return len(deleted)
-
-
-async def delete_one(connection: Connection, session_id: str) -> bool:
-    """Delete one session (its events and parts cascade)."""
-    return await execute(connection, DELETE_SESSION, (session_id,)) > 0
-
-
 # ---------------------------------------------------------------------------- reading
 
 
@@ -271,9 +212,10 @@ Connect = Callable[[], AbstractAsyncContextManager[Connection]]
 class FeedVectors:
     """How a store keeps and searches vectors where the server has no graph of its own
     (`native_vectors.GraphVectors` where it has): each write that touches a vector ends
-    with its change recorded in the feed; a search shortlists the rows through ``cache``,
-    brought to its read snapshot through the feed, or scans them all where the URL's
-    ``vector_search`` is ``scan`` (``cache`` None)."""
+    with its change recorded in the feed (`record`); a search shortlists the rows through
+    ``cache``, brought to its read snapshot through the feed, or scans them all where the
+    URL's ``vector_search`` is ``scan`` (``cache`` None). Each write runs in the caller's
+    transaction."""
 
     # Whether searches walk MariaDB's graph.
     native = False
@@ -284,20 +226,46 @@ class FeedVectors:
     async def append(
         self, connection: Connection, prepared: PreparedAppend, write: Callable[..., Any]
     ) -> AppendOutcome:
-        """``write(connection, prepared)``, then its vectors kept (in its transaction)."""
-        return await append(connection, prepared, write)
+        """``write(connection, prepared)``, then the vectors it added kept."""
+        outcome: AppendOutcome = await write(connection, prepared)
+        if outcome.applied and (ids := prepared.embedded_message_ids):
+            await self._added(connection, ids)
+        return outcome
 
     async def set_embeddings(
         self, connection: Connection, ids: Sequence[str], write: Callable[..., Any], *args: Any
     ) -> None:
         """``write(connection, *args)``, which sets the vectors of ``ids``, then kept."""
-        await set_embeddings(connection, ids, write, *args)
+        await write(connection, *args)
+        if ids:
+            await self._changed(connection, ids)
 
     async def delete_session(self, connection: Connection, session_id: str) -> bool:
-        return await delete_session(connection, session_id, delete_one)
+        """Delete one session (its events and parts cascade), then record it."""
+        deleted = await self._delete(connection, session_id)
+        if deleted:
+            await record(connection, sessions=[session_id])
+        return deleted
 
     async def delete_expired(self, connection: Connection, before: int) -> int:
-        return await delete_expired(connection, before)
+        """Delete the sessions expired at ``before`` (microseconds), each only if it still
+        is (its parts go with it), then record those deleted."""
+        deleted: list[str] = []
+        for (session_id,) in await fetch_all(connection, sql.EXPIRED_SESSIONS, (before, before)):
+            if await execute(connection, sql.DELETE_IF_EXPIRED, (session_id, before)):
+                deleted.append(session_id)
+        if deleted:
+            await record(connection, sessions=deleted)
+        return len(deleted)
+
+    async def _added(self, connection: Connection, ids: Sequence[str]) -> None:
+        await record(connection, message_ids=ids)
+
+    async def _changed(self, connection: Connection, ids: Sequence[str]) -> None:
+        await record(connection, message_ids=ids)
+
+    async def _delete(self, connection: Connection, session_id: str) -> bool:
+        return await execute(connection, DELETE_SESSION, (session_id,)) > 0
 
     async def declared(self, connect: Connect, *, replace: bool, reembedding: bool) -> None:
         """After a vector index was declared (``replace``: anew; ``reembedding``: before
