@@ -40,6 +40,7 @@ from typing import Any
 import convostore
 from convostore import MessageWrite, Role, Store, User
 from convostore.backends.mysql import MySQLBackend, vector_feed
+from convostore.backends.mysql.native_vectors import GraphVectors
 from convostore.embedding import VectorIndexSpec
 from corpus import Corpus, load_corpus
 from recall import CorpusEmbedder, load_through_store, measure
@@ -75,8 +76,9 @@ async def run(
             async with await convostore.connect(f"{url}?vector_search=native") as store:
                 backend = store.backend
                 assert isinstance(backend, MySQLBackend)
-                assert backend.native_search
-                backend.graph_m = graph_m
+                assert isinstance(backend.vectors, GraphVectors)
+                assert backend.vectors.native
+                backend.vectors.graph_m = graph_m
                 started = time.perf_counter()
                 await backend.declare_vector_index(VectorIndexSpec.of(embedder), replace=False)
                 print(f"  graph (M={graph_m}) built in {time.perf_counter() - started:.0f} s")
@@ -86,8 +88,9 @@ async def run(
             ) as store:
                 backend = store.backend
                 assert isinstance(backend, MySQLBackend)
+                assert isinstance(backend.vectors, GraphVectors)
                 for ef_search in ef_searches:
-                    backend.ef_search = ef_search
+                    backend.vectors.ef_search = ef_search
                     await store.search(vector=first, k=10)  # warm
                     await measure(f"graph ef_search={ef_search}", store, corpus, row_of)
         async with await convostore.connect(

@@ -170,8 +170,8 @@ async def test_the_capability_follows_the_server(
         assert backend(newer).facts.version >= native_vectors.NATIVE_SINCE
         # Chosen by the URL: the default searches the cache, on any server.
         assert cached.capabilities.native_vector_index is False
-        assert backend(cached).server_vectors
-        assert not backend(cached).native_search
+        assert isinstance(backend(cached).vectors, native_vectors.GraphVectors)
+        assert not backend(cached).vectors.native
         assert backend(older).vector_cache is not None
     finally:
         await older.close()
@@ -366,7 +366,10 @@ async def test_a_vector_appended_during_a_rebuild_is_in_the_graph(
     monkeypatch.setattr(vector_feed, "record", held)
     monkeypatch.setattr(native_vectors, "create_table", then_append)
     monkeypatch.setattr(native_vectors, "settle", releasing)
-    await backend(store)._native_graph(replace=True, build=True)
+    vectors = backend(store).vectors
+    assert isinstance(vectors, native_vectors.GraphVectors)
+    async with backend(store).pool.acquire() as connection:
+        await vectors.rebuild(connection, replace=True, build=True)
     message = await appended[0]
     assert await graph_count(store) == await vector_count(store, embedder.name) == 11
     [hit] = await store.search("alpha beta gamma delta appended", k=1)

@@ -30,11 +30,7 @@ from convostore.backends.mysql.connection import (
     snapshot,
     translate_error,
 )
-from convostore.backends.mysql.migrate import (
-    migration_lock,
-    prepare_database,
-    read_pending_migrations,
-)
+from convostore.backends.mysql.migrate import prepare_database, read_pending_migrations
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
 from convostore.backends.sql import appends
@@ -61,11 +57,10 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     or one transaction (see `convostore.backends.mysql.connection`). Open it with
     `open`, which creates the database if absent and migrates its schema.
 
-    Vectors are searched as the URL's ``vector_search`` chooses: ``cache``, the shared
-    `VectorCache` brought to the read snapshot through the commit-ordered change feed
-    (`vector_feed`) shortlists the rows, ranked exactly; ``scan``, every vector in scope
-    ranked in the client (`convostore.backends.sql.search`); ``native``, MariaDB
-    11.7+'s graph (`native_vectors`) where it can answer.
+    How vectors are kept and searched is chosen at open (``vectors``): through the
+    shared `VectorCache` and the commit-ordered change feed (`vector_feed`), by a scan,
+    or with MariaDB 11.7+'s graph (`native_vectors`), as the URL's ``vector_search``
+    and the server allow.
     """
 
     statements = sql.STATEMENTS
@@ -78,22 +73,11 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         self.target = target
         self.retries = target.deadlock_retries
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
-        # Text search runs on a FULLTEXT index; vectors are searched as the URL's
-        # ``vector_search`` chooses (see `search`).
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
-        # Whether the server has MariaDB's VECTOR type and index (see `native_vectors`):
-        # every store keeps a graph that stands current, whatever it searches with; and
-        # whether this store builds and searches it, with its graph's neighbours per node
-        # and search candidates.
-        self.server_vectors = False
-        self.native_search = False
-        self.graph_m = native_vectors.GRAPH_M
-        self.ef_search = native_vectors.EF_SEARCH
+        self.vectors = vector_feed.FeedVectors(target)
         self._pool: Pool | None = None
         self._where = target.where
         self._event_cache = EventCache()
-        # The vectors in memory, where searches use them (see `vector_cache`).
-        self._vector_cache = VectorCache() if target.vector_search != "scan" else None
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -104,17 +88,12 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         with DRIVER.translated(target.where):
             backend.facts = await prepare_database(target)
             backend._pool = await open_pool(target, backend.facts)
-            await backend._probe_native_vectors()
-        return backend
-
-    async def _probe_native_vectors(self) -> None:
-        self.server_vectors = await self._run(native_vectors.server_has_vectors, self.facts)
-        self.native_search = self.server_vectors and self.target.vector_search == "native"
-        if self.native_search:
-            self._vector_cache = None
-        self.capabilities = dataclasses.replace(
-            self.capabilities, native_vector_index=self.native_search
+            vectors = await backend._run(native_vectors.vectors_of, backend.facts, target)
+        backend.vectors = vectors
+        backend.capabilities = dataclasses.replace(
+            backend.capabilities, native_vector_index=vectors.native
         )
+        return backend
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
@@ -128,8 +107,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         self._event_cache.clear()
-        if self._vector_cache is not None:
-            self._vector_cache.clear()
+        self.vectors.clear()
         if pool is not None:
             pool.close()
             await pool.wait_closed()
@@ -144,7 +122,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     @property
     def vector_cache(self) -> VectorCache | None:
         """The vectors this store keeps in memory, if it does (for tests and benchmarks)."""
-        return self._vector_cache
+        return self.vectors.cache
 
     @property
     def event_cache(self) -> EventCache:
@@ -190,27 +168,18 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     def _check(self, values: Iterable[Any], what: str) -> None:
         check_size(values, self.facts.max_packet, what)
 
-    # Every write that touches a vector ends with its change recorded in the feed
-    # (`vector_feed`), after the graph's rows where the server has one.
+    # Every write that touches a vector runs through ``vectors``, which keeps them.
 
     async def delete_session(self, session_id: str) -> bool:
-        delete = native_vectors.delete_session if self.server_vectors else vector_feed.delete_one
-        return await self._write(vector_feed.delete_session, session_id, delete)
+        return await self._write(self.vectors.delete_session, session_id)
 
     async def delete_expired(self, before: datetime) -> int:
-        if self.server_vectors:
-            return await self._write(
-                native_vectors.delete_expired, to_micros(before), vector_feed.delete_expired
-            )
-        return await self._write(vector_feed.delete_expired, to_micros(before))
+        return await self._write(self.vectors.delete_expired, to_micros(before))
 
     # ---------------------------------------------------------------- the log
 
     async def append(self, append: PreparedAppend) -> AppendOutcome:
-        write: tuple[Any, ...] = (vector_feed.append, append)
-        if self.server_vectors:
-            write = (*write, native_vectors.append)
-        return await self._write(*write, self._append)
+        return await self._write(self.vectors.append, append, self._append)
 
     async def _append(self, connection: Connection, append: PreparedAppend) -> AppendOutcome:
         """The shared append (`convostore.backends.sql.appends`), its rows no larger than
@@ -235,62 +204,25 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
         await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, replace)
-        # A graph of another declaration goes, whoever searches it; this store builds
-        # one only if it searches it.
-        if self.server_vectors and (replace or self.native_search):
-            await self._native_graph(replace=replace, build=self.native_search)
+        await self.vectors.declared(self._connection, replace=replace, reembedding=False)
 
     async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
-        """As `Backend.begin_reembed`; MariaDB's graph of a new declaration is built
-        after the run (`end_reembed`), over every vector at once."""
         if await self.vector_index_spec() == spec:
             return False
         await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, True)
-        if self.server_vectors:
-            await self._native_graph(replace=True, build=False)
+        await self.vectors.declared(self._connection, replace=True, reembedding=True)
         return True
-
-    async def _native_graph(self, *, replace: bool, build: bool) -> None:
-        """Under the migration lock: with ``replace``, drop the graph; with ``build``,
-        build the graph of the recorded declaration where it is not built."""
-        async with self._connection() as connection, migration_lock(connection, self.target):
-            await native_vectors.ensure(
-                connection, replace=replace, build=build, graph_m=self.graph_m, where=self._where
-            )
 
     async def set_embeddings(
         self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
     ) -> None:
         ids = [message_id for message_id, _ in vectors]
-        write: tuple[Any, ...] = (self._steps, sql.EMBEDDINGS.set_embeddings, model, vectors)
-        if self.server_vectors:
-            write = (native_vectors.set_embeddings, ids, *write)
-        await self._write(vector_feed.set_embeddings, ids, *write)
+        write = (self._steps, sql.EMBEDDINGS.set_embeddings, model, vectors)
+        await self._write(self.vectors.set_embeddings, ids, *write)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
-        scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
-        cache, shortlisted = self._vector_cache, None
-        async with self._connection() as connection, contextlib.AsyncExitStack() as turn:
-            # The cache's turn is taken before the snapshot begins, so the snapshot is
-            # never older than the cache; it is given back once the rows are shortlisted.
-            if cache is not None:
-                await turn.enter_async_context(cache.turn())
-            async with snapshot(connection):
-                if self.native_search:
-                    found = await native_vectors.search(connection, query, self.ef_search)
-                    if found is not None:
-                        return await drive(DRIVER, connection, steps.hits(sql.SEARCH, found))
-                elif cache is not None:
-                    shortlisted = await cache.shortlisted_async(
-                        vector_feed.feed(connection),
-                        (query.model, len(query.vector)),
-                        *(query.vector, query.metric, query.k, *scope),
-                    )
-                    await turn.aclose()
-                search = steps.vector_search(
-                    sql.SEARCH, query.vector, query.metric, query.model, query.k, scope, shortlisted
-                )
-                return await drive(DRIVER, connection, search)
+        async with self._connection() as connection:
+            return await self.vectors.search(connection, query)
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
         scope, terms = query.scope, sql.fulltext_query(query.terms)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Final, TypeVar
 
 import asyncmy
@@ -30,7 +30,7 @@ from asyncmy.pool import Pool
 
 from convostore.backends.mysql.schema import ServerFacts
 from convostore.backends.mysql.url import MySQLTarget
-from convostore.backends.sql.aio import Driver
+from convostore.backends.sql.aio import CursorDriver
 from convostore.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -82,37 +82,12 @@ _REPEATABLE_READ: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 _SNAPSHOT: Final = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
 
 
-class MySQLDriver(Driver[Connection]):
+class MySQLDriver(CursorDriver[Connection]):
     # The driver's errors, and what a dropped socket raises below it.
     exceptions = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
 
     def translate(self, error: BaseException, where: str) -> StoreError:
         return translate_error(error, where)
-
-    async def fetch_one(
-        self, connection: Connection, statement: str, parameters: Any = None
-    ) -> Any:
-        async with connection.cursor() as cursor:
-            await cursor.execute(statement, parameters)
-            return await cursor.fetchone()
-
-    async def fetch_all(
-        self, connection: Connection, statement: str, parameters: Any = None
-    ) -> list[Any]:
-        async with connection.cursor() as cursor:
-            await cursor.execute(statement, parameters)
-            return list(await cursor.fetchall())
-
-    async def execute(self, connection: Connection, statement: str, parameters: Any = None) -> int:
-        async with connection.cursor() as cursor:
-            changed: int = await cursor.execute(statement, parameters)
-            return changed
-
-    async def execute_many(
-        self, connection: Connection, statement: str, rows: Sequence[Any]
-    ) -> None:
-        async with connection.cursor() as cursor:
-            await cursor.executemany(statement, rows)
 
     def duplicate(self, error: Exception) -> bool:
         return isinstance(error, errors.IntegrityError) and error_code(error) == ER_DUP_ENTRY

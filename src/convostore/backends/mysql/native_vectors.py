@@ -30,13 +30,16 @@ scores them; fewer than k rows (a narrow scope, or a graph walk that ended early
 back to the exact scan.
 Zero vectors have no direction (their cosine distance is NULL in MariaDB and 0 as a
 similarity in convostore): they are left out of the graph, and a zero query is scanned.
+
+`vectors_of` chooses at open how a store keeps and searches its vectors: `GraphVectors`
+on a server with the graph, else `vector_feed.FeedVectors`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, Final, TypeVar
 
 import numpy as np
@@ -44,34 +47,38 @@ from asyncmy import errors
 
 from convostore._vectors import best, from_blobs, scores
 from convostore.backends.interface import VectorQuery
+from convostore.backends.mysql import statements as sql
+from convostore.backends.mysql import vector_feed
 from convostore.backends.mysql.connection import (
+    DRIVER,
     Connection,
     error_code,
     execute,
     fetch_all,
     fetch_one,
+    snapshot,
 )
+from convostore.backends.mysql.migrate import migration_lock
 from convostore.backends.mysql.schema import ServerFacts
+from convostore.backends.mysql.url import MySQLTarget
+from convostore.backends.sql import search as steps
+from convostore.backends.sql.aio import drive
 from convostore.backends.sql.embeddings import SELECT_VECTOR_INDEX
 from convostore.embedding import Metric, VectorIndexSpec
-from convostore.prepare import AppendOutcome, PreparedAppend
+from convostore.model import SearchHit
 
 __all__ = [
     "EF_SEARCH",
     "GRAPH_M",
     "NATIVE_SINCE",
-    "append",
+    "GraphVectors",
     "build_graph",
     "create_table",
-    "delete_expired",
-    "delete_session",
     "drop",
-    "ensure",
     "guard",
     "search",
-    "server_has_vectors",
-    "set_embeddings",
     "settle",
+    "vectors_of",
 ]
 
 T = TypeVar("T")
@@ -158,7 +165,6 @@ DELETE_OF_SESSION: Final = (
     " JOIN sessions s ON s.id = e.session_id WHERE s.id = %s OR s.part_of = %s"
 )
 LOCK_SESSION: Final = "SELECT id FROM sessions WHERE id = %s FOR UPDATE"
-DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = %s"
 # The vectors of the sessions expired at a time and of their parts; their rows stay
 # locked until the sessions are deleted in the same transaction.
 DELETE_OF_EXPIRED: Final = (
@@ -190,18 +196,6 @@ def search_sql(metric: Metric, owner: bool, roles: bool, ef_search: int) -> str:
     )
 
 
-async def server_has_vectors(connection: Connection, facts: ServerFacts) -> bool:
-    """Whether the server has VECTOR columns and indexes: MariaDB 11.7 or newer whose
-    vector functions answer."""
-    if facts.family != "mariadb" or facts.version < NATIVE_SINCE:
-        return False
-    try:
-        await fetch_one(connection, PROBE)
-    except errors.ProgrammingError:
-        return False
-    return True
-
-
 async def _unless_unbuilt(run: Awaitable[T]) -> T | None:
     """``run``'s result, or None when ``native_vectors`` is not built (never declared,
     or being rebuilt by another store)."""
@@ -214,30 +208,6 @@ async def _unless_unbuilt(run: Awaitable[T]) -> T | None:
 
 
 # ---------------------------------------------------------------------------- building
-
-
-async def ensure(
-    connection: Connection, *, replace: bool, build: bool, graph_m: int, where: str
-) -> None:
-    """With ``replace``, drop the graph; with ``build``, build the graph of the recorded
-    declaration where it is not built (the caller holds the migration lock). A user
-    without the privileges to do so is warned, and searches scan."""
-    try:
-        if replace:
-            await drop(connection)
-        spec = await fetch_one(connection, SELECT_VECTOR_INDEX)
-        if build and spec is not None:
-            await build_graph(connection, _spec(spec), graph_m)
-    except errors.OperationalError as error:
-        if error_code(error) not in ACCESS_DENIED:
-            raise
-        log.warning(
-            "%s: MariaDB's vector index is not %s (%s); vector search scans until a user "
-            "with CREATE and DROP on the database connects",
-            where,
-            "rebuilt" if replace else "built",
-            error.args[1] if len(error.args) > 1 else error,
-        )
 
 
 async def build_graph(connection: Connection, spec: VectorIndexSpec, graph_m: int) -> bool:
@@ -293,60 +263,6 @@ def _spec(row: Sequence[Any]) -> VectorIndexSpec:
     return VectorIndexSpec(int(row[0]), row[1], row[2])
 
 
-# ---------------------------------------------------------------------------- writes
-
-
-async def append(
-    connection: Connection,
-    prepared: PreparedAppend,
-    write: Callable[..., Awaitable[AppendOutcome]],
-    *args: Any,
-) -> AppendOutcome:
-    """``write(connection, prepared, *args)``, then its messages' vectors copied into
-    the graph (in the caller's transaction)."""
-    outcome = await write(connection, prepared, *args)
-    if outcome.applied and (ids := prepared.embedded_message_ids):
-        await guard(connection)
-        await _unless_unbuilt(execute(connection, copy_events_sql(len(ids)), ids))
-    return outcome
-
-
-async def set_embeddings(
-    connection: Connection,
-    message_ids: Sequence[str],
-    write: Callable[..., Awaitable[None]],
-    *args: Any,
-) -> None:
-    """``write(connection, *args)`` (which sets the vectors of ``message_ids``), then
-    the graph made to match: their old rows removed, those of the declaration copied."""
-    await write(connection, *args)
-    ids = list(message_ids)
-    if not ids:
-        return
-    await guard(connection)
-    if await _unless_unbuilt(execute(connection, delete_events_sql(len(ids)), ids)) is not None:
-        await execute(connection, copy_events_sql(len(ids)), ids)
-
-
-async def delete_session(connection: Connection, session_id: str) -> bool:
-    """Delete a session (its events and parts cascade) and its vectors in the graph."""
-    if await fetch_one(connection, LOCK_SESSION, (session_id,)) is None:
-        return False
-    await guard(connection)
-    await _unless_unbuilt(execute(connection, DELETE_OF_SESSION, (session_id, session_id)))
-    return await execute(connection, DELETE_SESSION, (session_id,)) > 0
-
-
-async def delete_expired(
-    connection: Connection, before: int, write: Callable[..., Awaitable[int]]
-) -> int:
-    """``write(connection, before)`` (which deletes the sessions expired at ``before``),
-    their vectors in the graph deleted first."""
-    await guard(connection)
-    await _unless_unbuilt(execute(connection, DELETE_OF_EXPIRED, (before, before)))
-    return await write(connection, before)
-
-
 # ---------------------------------------------------------------------------- searching
 
 
@@ -383,3 +299,107 @@ async def search(
     matrix = from_blobs([row[1] for row in rows], len(query.vector))
     ranked = best(scores(query.vector, matrix, query.metric), query.k)
     return [(int(rows[index][0]), score) for index, score in ranked]
+
+
+# ---------------------------------------------------------------------------- a store's vectors
+
+
+async def vectors_of(
+    connection: Connection, facts: ServerFacts, target: MySQLTarget
+) -> vector_feed.FeedVectors:
+    """How a store on this server keeps and searches its vectors: with the graph where
+    the server has VECTOR columns and indexes (MariaDB 11.7 or newer whose vector
+    functions answer)."""
+    if facts.family == "mariadb" and facts.version >= NATIVE_SINCE:
+        try:
+            await fetch_one(connection, PROBE)
+        except errors.ProgrammingError:
+            pass
+        else:
+            return GraphVectors(target)
+    return vector_feed.FeedVectors(target)
+
+
+class GraphVectors(vector_feed.FeedVectors):
+    """On a server with MariaDB's graph, every store keeps the graph current, whatever
+    it searches with (each write ends with its change recorded in the feed, after the
+    graph's rows). Only a store whose URL says ``vector_search=native`` (``native``)
+    builds the graph and searches it; it keeps no cache."""
+
+    def __init__(self, target: MySQLTarget) -> None:
+        super().__init__(target)
+        self.target = target
+        self.native = target.vector_search == "native"
+        if self.native:
+            self.cache = None
+        # The graph's neighbours per node, and a search's candidates, for this store.
+        self.graph_m = GRAPH_M
+        self.ef_search = EF_SEARCH
+
+    async def _added(self, connection: Connection, ids: Sequence[str]) -> None:
+        # The messages' vectors copied into the graph, then recorded.
+        await guard(connection)
+        await _unless_unbuilt(execute(connection, copy_events_sql(len(ids)), ids))
+        await super()._added(connection, ids)
+
+    async def _changed(self, connection: Connection, ids: Sequence[str]) -> None:
+        # The graph made to match: the old rows removed, those of the declaration copied.
+        await guard(connection)
+        if await _unless_unbuilt(execute(connection, delete_events_sql(len(ids)), ids)) is not None:
+            await execute(connection, copy_events_sql(len(ids)), ids)
+        await super()._changed(connection, ids)
+
+    async def _delete(self, connection: Connection, session_id: str) -> bool:
+        # The session's vectors in the graph go first: a cascade would not reach them.
+        if await fetch_one(connection, LOCK_SESSION, (session_id,)) is None:
+            return False
+        await guard(connection)
+        await _unless_unbuilt(execute(connection, DELETE_OF_SESSION, (session_id, session_id)))
+        return await super()._delete(connection, session_id)
+
+    async def delete_expired(self, connection: Connection, before: int) -> int:
+        await guard(connection)
+        await _unless_unbuilt(execute(connection, DELETE_OF_EXPIRED, (before, before)))
+        return await super().delete_expired(connection, before)
+
+    async def declared(
+        self, connect: vector_feed.Connect, *, replace: bool, reembedding: bool
+    ) -> None:
+        """A graph of another declaration goes, whoever searches it; this store builds
+        one only if it searches it, and after a re-embedding run (`end_reembed`), over
+        every vector at once."""
+        build = self.native and not reembedding
+        if replace or build:
+            async with connect() as connection:
+                await self.rebuild(connection, replace=replace, build=build)
+
+    async def rebuild(self, connection: Connection, *, replace: bool, build: bool) -> None:
+        """Under the migration lock: with ``replace``, drop the graph; with ``build``,
+        build the graph of the recorded declaration where it is not built. A user
+        without the privileges to do so is warned, and searches scan."""
+        async with migration_lock(connection, self.target):
+            try:
+                if replace:
+                    await drop(connection)
+                spec = await fetch_one(connection, SELECT_VECTOR_INDEX)
+                if build and spec is not None:
+                    await build_graph(connection, _spec(spec), self.graph_m)
+            except errors.OperationalError as error:
+                if error_code(error) not in ACCESS_DENIED:
+                    raise
+                log.warning(
+                    "%s: MariaDB's vector index is not %s (%s); vector search scans until "
+                    "a user with CREATE and DROP on the database connects",
+                    self.target.where,
+                    "rebuilt" if replace else "built",
+                    error.args[1] if len(error.args) > 1 else error,
+                )
+
+    async def search(self, connection: Connection, query: VectorQuery) -> list[SearchHit]:
+        if not self.native:
+            return await super().search(connection, query)
+        async with snapshot(connection):
+            found = await search(connection, query, self.ef_search)
+            if found is None:
+                return await vector_feed.scan(connection, query)
+            return await drive(DRIVER, connection, steps.hits(sql.SEARCH, found))

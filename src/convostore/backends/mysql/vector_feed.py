@@ -31,17 +31,31 @@ The feed keeps the last `KEPT` positions: every `PRUNE_EVERY`-th position delete
 older ones and records the position pruned through; a cache behind it rebuilds.
 
 `feed` answers the cache's requests on one connection, inside a read snapshot
-(`convostore.backends.mysql.connection.snapshot`).
+(`convostore.backends.mysql.connection.snapshot`). `FeedVectors` is how a store keeps and
+searches its vectors where the server has no graph of its own (see `native_vectors`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
+from convostore.backends.interface import VectorQuery
 from convostore.backends.mysql import statements as sql
-from convostore.backends.mysql.connection import Connection, execute, fetch_all, fetch_one
+from convostore.backends.mysql.connection import (
+    DRIVER,
+    Connection,
+    execute,
+    fetch_all,
+    fetch_one,
+    snapshot,
+)
+from convostore.backends.mysql.url import MySQLTarget
+from convostore.backends.sql import search as steps
+from convostore.backends.sql.aio import drive
 from convostore.backends.sql.values import json_list
 from convostore.backends.sql.vector_cache import (
     Changes,
@@ -50,21 +64,21 @@ from convostore.backends.sql.vector_cache import (
     Position,
     ReadPosition,
     Request,
+    Rowids,
     SessionsOf,
+    VectorCache,
     VectorsAfter,
 )
+from convostore.model import SearchHit
 from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = [
     "KEPT",
     "PRUNE_EVERY",
-    "append",
-    "delete_expired",
-    "delete_one",
-    "delete_session",
+    "FeedVectors",
     "feed",
     "record",
-    "set_embeddings",
+    "scan",
 ]
 
 KEPT: Final = 65_536
@@ -146,60 +160,6 @@ async def record(
         await execute(connection, RECORD_PRUNED, (position - KEPT,))
 
 
-async def append(
-    connection: Connection,
-    prepared: PreparedAppend,
-    write: Callable[..., Awaitable[AppendOutcome]],
-    *args: Any,
-) -> AppendOutcome:
-    """``write(connection, prepared, *args)``, then its vectors recorded (in the
-    caller's transaction)."""
-    outcome = await write(connection, prepared, *args)
-    if outcome.applied and (ids := prepared.embedded_message_ids):
-        await record(connection, message_ids=ids)
-    return outcome
-
-
-async def set_embeddings(
-    connection: Connection,
-    message_ids: Sequence[str],
-    write: Callable[..., Awaitable[None]],
-    *args: Any,
-) -> None:
-    """``write(connection, *args)`` (which sets the vectors of ``message_ids``), then
-    those rows recorded."""
-    await write(connection, *args)
-    if message_ids:
-        await record(connection, message_ids=message_ids)
-
-
-async def delete_session(
-    connection: Connection, session_id: str, write: Callable[..., Awaitable[bool]]
-) -> bool:
-    """``write(connection, session_id)``, then the session recorded if it was deleted."""
-    deleted = await write(connection, session_id)
-    if deleted:
-        await record(connection, sessions=[session_id])
-    return deleted
-
-
-async def delete_expired(connection: Connection, before: int) -> int:
-    """Delete the sessions expired at ``before`` (microseconds), each only if it still
-    is (its parts go with it), then record those deleted."""
-    deleted: list[str] = []
-    for (session_id,) in await fetch_all(connection, sql.EXPIRED_SESSIONS, (before, before)):
-        if await execute(connection, sql.DELETE_IF_EXPIRED, (session_id, before)):
-            deleted.append(session_id)
-    if deleted:
-        await record(connection, sessions=deleted)
-    return len(deleted)
-
-
-async def delete_one(connection: Connection, session_id: str) -> bool:
-    """Delete one session (its events and parts cascade)."""
-    return await execute(connection, DELETE_SESSION, (session_id,)) > 0
-
-
 # ---------------------------------------------------------------------------- reading
 
 
@@ -241,3 +201,108 @@ def _row_id(row: Sequence[Any]) -> int:
 
 def _rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, bytes, str, str]]:
     return [(int(row[0]), bytes(row[1]), row[2], row[3]) for row in rows]
+
+
+# ---------------------------------------------------------------------------- a store's vectors
+
+# How a store opens a connection of its pool, for the work a declaration starts.
+Connect = Callable[[], AbstractAsyncContextManager[Connection]]
+
+
+class FeedVectors:
+    """How a store keeps and searches vectors where the server has no graph of its own
+    (`native_vectors.GraphVectors` where it has): each write that touches a vector ends
+    with its change recorded in the feed (`record`); a search shortlists the rows through
+    ``cache``, brought to its read snapshot through the feed, or scans them all where the
+    URL's ``vector_search`` is ``scan`` (``cache`` None). Each write runs in the caller's
+    transaction."""
+
+    # Whether searches walk MariaDB's graph.
+    native = False
+
+    def __init__(self, target: MySQLTarget) -> None:
+        self.cache = VectorCache() if target.vector_search != "scan" else None
+
+    async def append(
+        self, connection: Connection, prepared: PreparedAppend, write: Callable[..., Any]
+    ) -> AppendOutcome:
+        """``write(connection, prepared)``, then the vectors it added kept."""
+        outcome: AppendOutcome = await write(connection, prepared)
+        if outcome.applied and (ids := prepared.embedded_message_ids):
+            await self._added(connection, ids)
+        return outcome
+
+    async def set_embeddings(
+        self, connection: Connection, ids: Sequence[str], write: Callable[..., Any], *args: Any
+    ) -> None:
+        """``write(connection, *args)``, which sets the vectors of ``ids``, then kept."""
+        await write(connection, *args)
+        if ids:
+            await self._changed(connection, ids)
+
+    async def delete_session(self, connection: Connection, session_id: str) -> bool:
+        """Delete one session (its events and parts cascade), then record it."""
+        deleted = await self._delete(connection, session_id)
+        if deleted:
+            await record(connection, sessions=[session_id])
+        return deleted
+
+    async def delete_expired(self, connection: Connection, before: int) -> int:
+        """Delete the sessions expired at ``before`` (microseconds), each only if it still
+        is (its parts go with it), then record those deleted."""
+        deleted: list[str] = []
+        for (session_id,) in await fetch_all(connection, sql.EXPIRED_SESSIONS, (before, before)):
+            if await execute(connection, sql.DELETE_IF_EXPIRED, (session_id, before)):
+                deleted.append(session_id)
+        if deleted:
+            await record(connection, sessions=deleted)
+        return len(deleted)
+
+    async def _added(self, connection: Connection, ids: Sequence[str]) -> None:
+        await record(connection, message_ids=ids)
+
+    async def _changed(self, connection: Connection, ids: Sequence[str]) -> None:
+        await record(connection, message_ids=ids)
+
+    async def _delete(self, connection: Connection, session_id: str) -> bool:
+        return await execute(connection, DELETE_SESSION, (session_id,)) > 0
+
+    async def declared(self, connect: Connect, *, replace: bool, reembedding: bool) -> None:
+        """After a vector index was declared (``replace``: anew; ``reembedding``: before
+        a re-embedding run): nothing is built here."""
+
+    async def search(self, connection: Connection, query: VectorQuery) -> list[SearchHit]:
+        """The hits of ``query``, in one read snapshot."""
+        cache, shortlisted = self.cache, None
+        async with contextlib.AsyncExitStack() as turn:
+            # The cache's turn is taken before the snapshot begins, so the snapshot is
+            # never older than the cache; it is given back once the rows are shortlisted.
+            if cache is not None:
+                await turn.enter_async_context(cache.turn())
+            async with snapshot(connection):
+                if cache is not None:
+                    scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
+                    shortlisted = await cache.shortlisted_async(
+                        feed(connection),
+                        (query.model, len(query.vector)),
+                        *(query.vector, query.metric, query.k, *scope),
+                    )
+                    await turn.aclose()
+                return await scan(connection, query, shortlisted)
+
+    def clear(self) -> None:
+        """Forget what is kept in memory (the store closes)."""
+        if self.cache is not None:
+            self.cache.clear()
+
+
+async def scan(
+    connection: Connection, query: VectorQuery, shortlisted: Rowids | None = None
+) -> list[SearchHit]:
+    """The exact search (`convostore.backends.sql.search`) of every vector in scope, or
+    of the ``shortlisted`` rows only."""
+    scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
+    search = steps.vector_search(
+        sql.SEARCH, query.vector, query.metric, query.model, query.k, scope, shortlisted
+    )
+    return await drive(DRIVER, connection, search)

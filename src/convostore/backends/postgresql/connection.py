@@ -10,7 +10,6 @@ planned once per connection.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
@@ -20,7 +19,7 @@ from psycopg.types.string import TextBinaryLoader, TextLoader
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from convostore.backends.postgresql.url import PostgreSQLTarget
-from convostore.backends.sql.aio import Driver
+from convostore.backends.sql.aio import CursorDriver
 from convostore.errors import BackendUnavailableError, InvalidArgumentError, StoreError
 
 __all__ = [
@@ -49,7 +48,7 @@ CONFIGURE_SESSION: Final = (
 )
 
 
-class PostgreSQLDriver(Driver[Connection]):
+class PostgreSQLDriver(CursorDriver[Connection]):
     """Rows are read in binary: times and vectors arrive exact, with no text to parse."""
 
     exceptions = (psycopg.Error,)
@@ -72,12 +71,6 @@ class PostgreSQLDriver(Driver[Connection]):
     async def execute(self, connection: Connection, statement: str, parameters: Any = None) -> int:
         cursor = await connection.execute(statement, parameters)
         return cursor.rowcount
-
-    async def execute_many(
-        self, connection: Connection, statement: str, rows: Sequence[Any]
-    ) -> None:
-        async with connection.cursor() as cursor:
-            await cursor.executemany(statement, rows)
 
     def transaction(self, connection: Connection) -> AbstractAsyncContextManager[Any]:
         return connection.transaction()

@@ -30,6 +30,7 @@ from convostore.prepare import NewSession, SessionChanges
 
 __all__ = [
     "AsyncSQLBackend",
+    "CursorDriver",
     "Driver",
     "RollbackAndReturn",
     "drive",
@@ -93,6 +94,31 @@ class Driver(abc.ABC, Generic[C]):
         database ended it as a deadlock victim, a serialization failure, a lock wait
         timeout)."""
         return False
+
+
+class CursorDriver(Driver[C]):
+    """A `Driver` whose connection opens an async cursor (``async with
+    connection.cursor() as cursor``) that runs a statement and then reads its rows, as
+    the DB-API does (asyncmy; psycopg for ``executemany``). Its ``connection`` is typed
+    Any: the cursor is all it needs of one."""
+
+    async def fetch_one(self, connection: Any, statement: str, parameters: Any = None) -> Any:
+        async with connection.cursor() as cursor:
+            await cursor.execute(statement, parameters)
+            return await cursor.fetchone()
+
+    async def fetch_all(self, connection: Any, statement: str, parameters: Any = None) -> list[Any]:
+        async with connection.cursor() as cursor:
+            await cursor.execute(statement, parameters)
+            return list(await cursor.fetchall())
+
+    async def execute(self, connection: Any, statement: str, parameters: Any = None) -> int:
+        async with connection.cursor() as cursor:
+            return int(await cursor.execute(statement, parameters))
+
+    async def execute_many(self, connection: Any, statement: str, rows: Sequence[Any]) -> None:
+        async with connection.cursor() as cursor:
+            await cursor.executemany(statement, rows)
 
 
 async def drive(driver: Driver[C], connection: C, steps: Steps[T]) -> T:
