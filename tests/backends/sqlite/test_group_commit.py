@@ -122,9 +122,10 @@ async def test_a_failing_write_fails_alone_in_its_group(
 
 def _appends_of_many_conversations(store: Store, refused: bool) -> list[Any]:
     """Appends to seven sessions with every outcome an append can have: plain and
-    multi-event ones, a stale version, a known author, a new user, two appends to one
-    session; and, if ``refused``, the ones that raise: a missing session, an id stored
-    in another session, a retry of an id stored in its own, an unknown author."""
+    multi-event ones, a stale version, a known author, a new user given twice, two
+    appends to one session; and, if ``refused``, the ones that raise: a missing
+    session, an id stored in another session, a retry of an id stored in its own, an
+    unknown author."""
     message = MessageWrite
     calls = [
         store.add_message("s0", message(Role.USER, "a", id="e1")),
@@ -134,6 +135,9 @@ def _appends_of_many_conversations(store: Store, refused: bool) -> list[Any]:
         ),
         store.append_events("s3", [message(Role.USER, "stale", id="e5")], 5),
         store.add_message("s6", message(Role.USER, "hi", id="e8", author=User("grace", "Grace"))),
+        store.add_message(
+            "s4", message(Role.USER, "to grace", id="e13", recipients=[User("grace", "Grace")])
+        ),
         store.add_message("s1", message(Role.ASSISTANT, "b2", id="e9", synthetic=True)),
         store.add_message("s5", message(Role.ASSISTANT, "fine", id="e10")),
         store.append_events("s3", [message(Role.USER, "on time", id="e11")], 0),

@@ -158,34 +158,36 @@ def write_appends(
     """`write_append` of each append, in order, in fewer statements. The group commit
     runs it (see `in_group_transaction`), and runs each append alone if this raises.
 
-    Appends to sessions that differ are taken together, their sessions moved on by one
-    statement and their events inserted by one more; an append to a session already in
-    the set starts the next set, so a session's appends keep their order. An append
-    that gives a `User` to store runs alone.
+    Appends to sessions that differ are taken together (`_write_together`); an append
+    to a session already taken starts the next set, so a session's appends keep their
+    order.
     """
     outcomes: list[AppendOutcome] = []
     together: dict[str, PreparedAppend] = {}
     for (append,) in batch:
-        if append.session_id in together or append.users_to_insert:
+        if append.session_id in together:
             outcomes += _write_together(connection, list(together.values()))
             together.clear()
-        if append.users_to_insert:
-            outcomes.append(write_append(connection, append))
-        else:
-            together[append.session_id] = append
+        together[append.session_id] = append
     outcomes += _write_together(connection, list(together.values()))
     return outcomes
 
 
 def _write_together(connection: Connection, appends: list[PreparedAppend]) -> list[AppendOutcome]:
-    """`write_append` of appends to sessions that differ, that give no `User` to store.
-    An append that moves no session on (its session missing, or not at the expected
-    version) runs alone after the others, to the same outcome."""
+    """`write_append` of appends to sessions that differ: their sessions moved on by one
+    statement, the users they give stored by one more, their events inserted by one
+    more. An append that moves no session on (its session missing, or not at the
+    expected version) runs alone after the others, to the same outcome."""
     if len(appends) < 2:
         return [write_append(connection, append) for append in appends]
-    required = [user_id for append in appends for user_id in append.required_user_ids]
+    required = [
+        user_id
+        for append in appends
+        for user_id in unconfirmed_users(append.users_to_insert, append.required_user_ids)
+    ]
     if required and connection.execute(sql.UNKNOWN_USERS, (json_list(required),)).fetchone():
-        # One of them is refused: each runs alone, to its own outcome.
+        # One of them is refused (or needs a user another of them gives): each runs
+        # alone, in order, to its own outcome.
         return [write_append(connection, append) for append in appends]
     parameters: list[Any] = []
     for append in appends:
@@ -199,6 +201,10 @@ def _write_together(connection: Connection, appends: list[PreparedAppend]) -> li
             append.expected_version,
         )
     last_seqs = dict(connection.execute(sql.advance_sessions(len(appends)), parameters))
+    _insert_users(
+        connection,
+        tuple(user for a in appends if a.session_id in last_seqs for user in a.users_to_insert),
+    )
     rows = []
     for append in appends:
         last_seq = last_seqs.get(append.session_id)
