@@ -18,10 +18,13 @@ from typing import Any
 import pytest
 
 import convostore
-from convostore import Event, EventFilter, MessageWrite, Role, Store, StoreError, User
+from convostore import Event, EventFilter, Message, MessageWrite, Role, Store, StoreError, User
 from convostore.backends.sqlite import SQLiteBackend
+from convostore.backends.sqlite import connection as connection_module
+from convostore.backends.sqlite import operations as operations_module
 from convostore.backends.sqlite import worker as worker_module
 from convostore.backends.sqlite.connection import (
+    Batches,
     Outcome,
     RollbackAndReturn,
     Write,
@@ -41,9 +44,11 @@ async def queued_behind_a_held_writer(
     groups: list[int] = []
     original = in_group_transaction
 
-    def recording(connection: sqlite3.Connection, writes: list[Write]) -> list[Outcome]:
+    def recording(
+        connection: sqlite3.Connection, writes: list[Write], batches: Batches | None = None
+    ) -> list[Outcome]:
         groups.append(len(writes))
-        return original(connection, writes)
+        return original(connection, writes, batches)
 
     monkeypatch.setattr(worker_module, "in_group_transaction", recording)
     let_go = threading.Event()
@@ -113,6 +118,135 @@ async def test_a_failing_write_fails_alone_in_its_group(
     assert [e.content for e in await store.messages(session.id)] == ["first", "second"]
     assert await store.get_user("newcomer") is None
     assert await store.version(session.id) == 2
+
+
+def _appends_of_many_conversations(store: Store, refused: bool) -> list[Any]:
+    """Appends to seven sessions with every outcome an append can have: plain and
+    multi-event ones, a stale version, a known author, a new user, two appends to one
+    session; and, if ``refused``, the ones that raise: a missing session, an id stored
+    in another session, a retry of an id stored in its own, an unknown author."""
+    message = MessageWrite
+    calls = [
+        store.add_message("s0", message(Role.USER, "a", id="e1")),
+        store.add_message("s1", message(Role.USER, "b", id="e2", author="ada")),
+        store.append_events(
+            "s2", [message(Role.USER, "c1", id="e3"), message(Role.ASSISTANT, "c2", id="e4")], 0
+        ),
+        store.append_events("s3", [message(Role.USER, "stale", id="e5")], 5),
+        store.add_message("s6", message(Role.USER, "hi", id="e8", author=User("grace", "Grace"))),
+        store.add_message("s1", message(Role.ASSISTANT, "b2", id="e9", synthetic=True)),
+        store.add_message("s5", message(Role.ASSISTANT, "fine", id="e10")),
+        store.append_events("s3", [message(Role.USER, "on time", id="e11")], 0),
+    ]
+    if refused:
+        calls += [
+            store.add_message("missing", message(Role.USER, "x", id="e6")),
+            store.add_message("s4", message(Role.USER, "taken", id="stored")),
+            store.add_message("s0", message(Role.USER, "again", id="e1")),
+            store.add_message("s5", message(Role.USER, "who", id="e7", author="nobody")),
+            store.add_message("s4", message(Role.USER, "after", id="e12")),
+        ]
+    return calls
+
+
+async def _end_state(store: Store, results: list[Any]) -> list[Any]:
+    """What each append answered (an event's id, seq and content; a bool; an error's
+    class) and each session's log, version, message count and first author."""
+    answered = [
+        (r.id, r.seq, r.content) if isinstance(r, Message) else r if r in (True, False) else type(r)
+        for r in results
+    ]
+    sessions = []
+    for n in range(7):
+        log = await store.read(f"s{n}")
+        (summary,) = [
+            s for s in (await store.list_summaries("ada")).items if s.session.id == f"s{n}"
+        ]
+        sessions.append(
+            (
+                [(e.id, e.seq) for e in log],
+                await store.version(f"s{n}"),
+                summary.message_count,
+                None if summary.started_by is None else summary.started_by.id,
+                [user.id for user in await store.participants(f"s{n}")],
+            )
+        )
+    return [answered, sessions, await store.get_user("grace") is not None]
+
+
+async def _many_conversations(store: Store) -> None:
+    await store.put_user(ADA)
+    for n in range(7):
+        await store.create_session(ADA, session_id=f"s{n}")
+    await store.add_message("s0", MessageWrite(Role.USER, "stored", id="stored"))
+
+
+@pytest.mark.parametrize("refused", [False, True], ids=["none-refused", "some-refused"])
+async def test_appends_of_many_conversations_in_one_group_end_as_one_at_a_time(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refused: bool
+) -> None:
+    """A group takes appends to different sessions together, in a few statements; each
+    still ends exactly as it does alone. With none refused, no append is run again."""
+    await _many_conversations(store)
+    run_again = 0
+    original = connection_module._one_savepoint_each
+
+    def counting(connection: sqlite3.Connection, writes: list[Write]) -> list[Outcome]:
+        nonlocal run_again
+        run_again += 1
+        return original(connection, writes)
+
+    monkeypatch.setattr(connection_module, "_one_savepoint_each", counting)
+    calls = _appends_of_many_conversations(store, refused)
+    results, groups = await queued_behind_a_held_writer(store, calls, monkeypatch)
+    assert groups == [len(calls)]
+    assert run_again == (1 if refused else 0)
+    alone = await convostore.connect(f"sqlite:///{tmp_path / 'alone.db'}")
+    try:
+        await _many_conversations(alone)
+        one_at_a_time = []
+        for call in _appends_of_many_conversations(alone, refused):
+            try:
+                one_at_a_time.append(await call)
+            except StoreError as error:
+                one_at_a_time.append(error)
+        assert await _end_state(store, results) == await _end_state(alone, one_at_a_time)
+    finally:
+        await alone.close()
+    answered = (await _end_state(store, results))[0]
+    assert answered[:4] == [("e1", 2, "a"), ("e2", 1, "b"), True, False]
+
+
+async def test_a_group_of_plain_appends_commits_each(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The common case, every append to its own session and none refused: all of them
+    at once, in order, and nothing else runs them again."""
+    await store.put_user(ADA)
+    sessions = [(await store.create_session(ADA)).id for _ in range(40)]
+    ran_alone = 0
+    original = operations_module.write_append
+
+    def counting(connection: sqlite3.Connection, append: Any) -> Any:
+        nonlocal ran_alone
+        ran_alone += 1
+        return original(connection, append)
+
+    monkeypatch.setattr(operations_module, "write_append", counting)
+    calls = [
+        store.add_message(session_id, MessageWrite(Role.USER, f"m{n}", author="ada"))
+        for n, session_id in enumerate(sessions)
+    ]
+    results, groups = await queued_behind_a_held_writer(store, calls, monkeypatch)
+    assert groups == [40]
+    assert ran_alone == 0
+    assert all(isinstance(r, Message) for r in results)
+    assert [(r.session_id, r.seq, r.content) for r in results] == [
+        (session_id, 1, f"m{n}") for n, session_id in enumerate(sessions)
+    ]
+    for n, session_id in enumerate(sessions):
+        assert [e.content for e in await store.messages(session_id)] == [f"m{n}"]
+        assert await store.version(session_id) == 1
 
 
 def test_group_outcomes_follow_each_write(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from convostore.backends.sqlite.operations import (
     read_all,
     read_events,
     write_append,
+    write_appends,
     write_changed,
     write_find_or_insert_part,
     write_insert_session,
@@ -104,6 +105,8 @@ class SQLiteBackend(SQLBackend):
             threads=1,
             after_commit=self._text_indexer,
             inline=True,
+            # Appends of many conversations committed together go in a few statements.
+            batches={write_append: write_appends},
         )
         self._vector_cache = VectorCache()
         self._event_cache = EventCache()

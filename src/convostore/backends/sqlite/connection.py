@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, TypeVarTuple, cast
 
 from convostore.backends.sqlite.url import SQLiteTarget
@@ -18,6 +18,8 @@ __all__ = [
     "MAX_GROUP",
     "NO_BUSY_WAIT",
     "TOKENS_FUNCTION",
+    "Batch",
+    "Batches",
     "RollbackAndReturn",
     "WriteLockBusy",
     "in_group_transaction",
@@ -31,9 +33,6 @@ __all__ = [
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-# Every statement a store runs is one of a bounded set (filters are joined from fixed
-# fragments), so with this many slots each is prepared once per connection.
-CACHED_STATEMENTS: Final = 512
 CONTAINS_FUNCTION: Final = "convostore_contains"
 BLANK_FUNCTION: Final = "convostore_blank"
 TOKENS_FUNCTION: Final = "convostore_tokens"
@@ -48,6 +47,10 @@ ROLLBACK_TO: Final = "ROLLBACK TO convostore_write"
 # The most writes one group commit holds: enough to share one fsync among a busy
 # server's conversations, few enough that the first of them is not kept waiting long.
 MAX_GROUP: Final = 128
+# Every statement a store runs is one of a bounded set (filters are joined from fixed
+# fragments; a group's appends moved on at once, one per group size), so with this
+# many slots each is prepared once per connection.
+CACHED_STATEMENTS: Final = 512 + MAX_GROUP
 FOREIGN_KEYS_ON: Final = "PRAGMA foreign_keys = ON"
 NO_BUSY_WAIT: Final = "PRAGMA busy_timeout = 0"
 _LOCK_HELD: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
@@ -189,17 +192,28 @@ def lock_held(error: sqlite3.OperationalError) -> bool:
 # out.
 Write = tuple[Callable[..., Any], tuple[Any, ...]]
 Outcome = tuple[bool, Any]
+# A write function's form that runs several of its writes at once: given the args of
+# each, each one's result in order (see `in_group_transaction`).
+Batch = Callable[[sqlite3.Connection, list[tuple[Any, ...]]], list[Any]]
+Batches = Mapping[Callable[..., Any], Batch]
 
 
-def in_group_transaction(connection: sqlite3.Connection, writes: list[Write]) -> list[Outcome]:
+def in_group_transaction(
+    connection: sqlite3.Connection, writes: list[Write], batches: Batches | None = None
+) -> list[Outcome]:
     """Several writes in one BEGIN IMMEDIATE ... COMMIT: one fsync for all of them.
 
-    Each runs inside its own savepoint, so a write that raises is undone alone and the
-    others stand, as if each had its own transaction; they run one after another, each
-    seeing the ones before it. Every outcome is known only once the commit is durable:
-    a failed commit fails them all, and nothing of the group is visible before it. An
-    error that ends the whole transaction (SQLite rolls back by itself on a full disk
-    or an I/O error) fails the write that met it; the others run again in a new group.
+    They run one after another, each seeing the ones before it; writes of a function
+    that ``batches`` gives a batch form, next to each other, run through that form at
+    once, in fewer statements. Should one raise, everything is undone and the group
+    runs again, each write inside its own savepoint, so a write that raises is undone
+    alone and the others stand, as if each had its own transaction. (So a write must
+    be safe to run again after a rollback: each is a function of the database.)
+
+    Every outcome is known only once the commit is durable: a failed commit fails them
+    all, and nothing of the group is visible before it. An error that ends the whole
+    transaction (SQLite rolls back by itself on a full disk or an I/O error) fails the
+    write that met it; the others run again in a new group.
     """
     if len(writes) == 1:
         fn, args = writes[0]
@@ -207,6 +221,53 @@ def in_group_transaction(connection: sqlite3.Connection, writes: list[Write]) ->
             return [(True, in_write_transaction(connection, fn, args))]
         except Exception as error:
             return [(False, error)]
+    try:
+        connection.execute(BEGIN_IMMEDIATE)
+    except Exception as error:
+        return [(False, error)] * len(writes)
+    results = _all_at_once(connection, writes, batches or {})
+    if results is not None:
+        try:
+            connection.execute(COMMIT)
+        except Exception as error:
+            _rollback_quietly(connection)
+            return [(False, error)] * len(writes)
+        return [(True, result) for result in results]
+    return _one_savepoint_each(connection, writes)
+
+
+def _all_at_once(
+    connection: sqlite3.Connection, writes: list[Write], batches: Batches
+) -> list[Any] | None:
+    """Each write's result, all run in the open transaction, those of a batch form
+    through it; or None, with the transaction rolled back, if one raised."""
+    results: list[Any] = []
+    try:
+        start = 0
+        while start < len(writes):
+            fn = writes[start][0]
+            end = start + 1
+            batch = batches.get(fn)
+            if batch is None:
+                results.append(fn(connection, *writes[start][1]))
+            else:
+                while end < len(writes) and writes[end][0] is fn:
+                    end += 1
+                results.extend(batch(connection, [args for _, args in writes[start:end]]))
+            if not connection.in_transaction:
+                # SQLite ended the transaction itself: the writes run again one by one.
+                return None
+            start = end
+    except Exception:
+        _rollback_quietly(connection)
+        return None
+    except BaseException:
+        _rollback_quietly(connection)
+        raise
+    return results
+
+
+def _one_savepoint_each(connection: sqlite3.Connection, writes: list[Write]) -> list[Outcome]:
     outcomes: list[Outcome | None] = [None] * len(writes)
     pending = list(range(len(writes)))
     while pending:

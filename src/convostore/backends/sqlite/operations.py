@@ -42,6 +42,7 @@ __all__ = [
     "read_all",
     "read_events",
     "write_append",
+    "write_appends",
     "write_changed",
     "write_find_or_insert_part",
     "write_insert_session",
@@ -149,6 +150,76 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
         object.__setattr__(prepared.event, "seq", first_seq + offset)
         stored.append(prepared.event)
     return AppendOutcome(applied=True, events=stored)
+
+
+def write_appends(
+    connection: Connection, batch: list[tuple[PreparedAppend]]
+) -> list[AppendOutcome]:
+    """`write_append` of each append, in order, in fewer statements. The group commit
+    runs it (see `in_group_transaction`), and runs each append alone if this raises.
+
+    Appends to sessions that differ are taken together, their sessions moved on by one
+    statement and their events inserted by one more; an append to a session already in
+    the set starts the next set, so a session's appends keep their order. An append
+    that gives a `User` to store runs alone.
+    """
+    outcomes: list[AppendOutcome] = []
+    together: dict[str, PreparedAppend] = {}
+    for (append,) in batch:
+        if append.session_id in together or append.users_to_insert:
+            outcomes += _write_together(connection, list(together.values()))
+            together.clear()
+        if append.users_to_insert:
+            outcomes.append(write_append(connection, append))
+        else:
+            together[append.session_id] = append
+    outcomes += _write_together(connection, list(together.values()))
+    return outcomes
+
+
+def _write_together(connection: Connection, appends: list[PreparedAppend]) -> list[AppendOutcome]:
+    """`write_append` of appends to sessions that differ, that give no `User` to store.
+    An append that moves no session on (its session missing, or not at the expected
+    version) runs alone after the others, to the same outcome."""
+    if len(appends) < 2:
+        return [write_append(connection, append) for append in appends]
+    required = [user_id for append in appends for user_id in append.required_user_ids]
+    if required and connection.execute(sql.UNKNOWN_USERS, (json_list(required),)).fetchone():
+        # One of them is refused: each runs alone, to its own outcome.
+        return [write_append(connection, append) for append in appends]
+    parameters: list[Any] = []
+    for append in appends:
+        parameters += (
+            append.session_id,
+            len(append.events),
+            append.new_stamp,
+            None if append.activity_at is None else to_micros(append.activity_at),
+            append.new_message_count,
+            append.started_by,
+            append.expected_version,
+        )
+    last_seqs = dict(connection.execute(sql.advance_sessions(len(appends)), parameters))
+    rows = []
+    for append in appends:
+        last_seq = last_seqs.get(append.session_id)
+        if last_seq is not None:
+            first_seq = last_seq - len(append.events) + 1
+            rows += [event_values(p, first_seq + i) for i, p in enumerate(append.events)]
+    connection.executemany(sql.INSERT_EVENT, rows)
+    outcomes = []
+    for append in appends:
+        last_seq = last_seqs.get(append.session_id)
+        if last_seq is None:
+            outcomes.append(write_append(connection, append))
+            continue
+        first_seq = last_seq - len(append.events) + 1
+        for offset, prepared in enumerate(append.events):
+            # In place, as `write_append` sets it.
+            object.__setattr__(prepared.event, "seq", first_seq + offset)
+        outcomes.append(
+            AppendOutcome(applied=True, events=[prepared.event for prepared in append.events])
+        )
+    return outcomes
 
 
 def _raise_for_stored_id(

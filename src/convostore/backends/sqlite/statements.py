@@ -104,6 +104,31 @@ ADVANCE_SESSION: Final = (
     "(SELECT count(*) FROM json_each(?8) WHERE value NOT IN (SELECT id FROM users))"
 )
 INSERT_EVENT: Final = DIALECT.insert("events", EVENT_FIELDS)
+
+
+@functools.lru_cache(maxsize=128)
+def advance_sessions(count: int) -> str:
+    """`ADVANCE_SESSION` for ``count`` sessions at once, each named once: per session,
+    the parameters (session_id, events, stamp, activity_at, messages, started_by,
+    expected_version). Returns the id and the new last_seq of each session moved on;
+    a session missing, or not at its expected version, is left out."""
+    rows = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * count)
+    return (
+        "UPDATE sessions SET version = version + 1, last_seq = last_seq + v.column2, "
+        "stamp = v.column3, last_activity_at = CASE WHEN v.column4 > last_activity_at "
+        "THEN v.column4 ELSE last_activity_at END, "
+        "message_count = message_count + v.column5, "
+        "started_by = coalesce(started_by, v.column6) "
+        f"FROM (VALUES {rows}) AS v WHERE sessions.id = v.column1 "
+        "AND (v.column7 IS NULL OR sessions.version = v.column7) "
+        "RETURNING sessions.id, sessions.last_seq"
+    )
+
+
+# Whether a JSON list of user ids names one that is not stored.
+UNKNOWN_USERS: Final = (
+    "SELECT value FROM json_each(?) WHERE value NOT IN (SELECT id FROM users) LIMIT 1"
+)
 EVENTS_WITH_IDS: Final = (
     f"SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT value FROM json_each(?))"
 )

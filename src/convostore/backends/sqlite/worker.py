@@ -35,6 +35,7 @@ from typing import Any, Final, Protocol, TypeVar, TypeVarTuple
 from convostore.backends.sqlite.connection import (
     MAX_GROUP,
     NO_BUSY_WAIT,
+    Batches,
     Outcome,
     in_group_transaction,
     inline_write,
@@ -97,11 +98,15 @@ class ConnectionWorker:
         after_commit: AfterCommit | None = None,
         *,
         inline: bool = False,
+        batches: Batches | None = None,
     ) -> None:
         if inline and threads != 1:
             raise ValueError("only a worker of one thread can write inline")
         self.name = name
         self._after_commit = after_commit
+        # The batch forms of write functions a group commit runs at once (see
+        # `in_group_transaction`).
+        self._batches = batches
         self.where = where
         self._open_connection = open_connection
         self._size = threads
@@ -338,7 +343,7 @@ class ConnectionWorker:
                 else:
                     held = queued  # runs next, after the group, as it was queued
                     break
-            _commit_group(connection, group)
+            _commit_group(connection, group, self._batches)
             after_commit = self._after_commit
             if after_commit is not None and after_commit.due():
                 after_commit(connection)
@@ -368,7 +373,9 @@ def _checkpoint(connection: sqlite3.Connection) -> None:
     connection.execute(CHECKPOINT).fetchall()
 
 
-def _commit_group(connection: sqlite3.Connection, group: list[_Job]) -> None:
+def _commit_group(
+    connection: sqlite3.Connection, group: list[_Job], batches: Batches | None
+) -> None:
     """Run the writes of ``group`` whose callers still wait, in one transaction, then
     answer each caller, with one wake-up per event loop."""
     # A write job always has its future and loop: only a stop may come without them.
@@ -379,7 +386,7 @@ def _commit_group(connection: sqlite3.Connection, group: list[_Job]) -> None:
     ]
     if not live:
         return
-    outcomes = in_group_transaction(connection, [(fn, args) for _, _, fn, args in live])
+    outcomes = in_group_transaction(connection, [(fn, args) for _, _, fn, args in live], batches)
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Outcome]]] = {}
     for (future, job_loop, _, _), outcome in zip(live, outcomes, strict=True):
         by_loop.setdefault(job_loop, []).append((future, outcome))
