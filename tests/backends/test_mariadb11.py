@@ -172,7 +172,7 @@ async def test_the_capability_follows_the_server(
         assert cached.capabilities.native_vector_index is False
         assert isinstance(backend(cached).vectors, native_vectors.GraphVectors)
         assert not backend(cached).vectors.native
-        assert backend(older).vector_cache is not None
+        assert backend(older).vectors.cache is not None
     finally:
         await older.close()
         await newer.close()

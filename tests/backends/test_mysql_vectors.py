@@ -101,7 +101,7 @@ async def assert_cache_holds_the_database(store: Store) -> None:
     """The cache's live rows are the database's vectors, each with its owner (a row
     the cache kept after its deletion would only show in a search when it displaced
     another from the shortlist)."""
-    cache = backend(store).vector_cache
+    cache = backend(store).vectors.cache
     assert cache is not None
     table = cache.table
     assert table is not None
@@ -172,7 +172,7 @@ async def test_every_change_reaches_other_stores_caches_in_place(
 ) -> None:
     writer, reader = await stores.open(), await stores.open()
     scanner = await stores.open("scan")
-    assert backend(scanner).vector_cache is None
+    assert backend(scanner).vectors.cache is None
     rng = random.Random(2)
     sessions = [await filled(writer, rng, owner) for owner in (ADA, BOB, ADA)]
     for store in (writer, reader):

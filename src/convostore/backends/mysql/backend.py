@@ -37,7 +37,6 @@ from convostore.backends.sql import appends
 from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import AsyncSQLBackend, drive
 from convostore.backends.sql.event_cache import EventCache
-from convostore.backends.sql.vector_cache import VectorCache
 from convostore.backends.urls import target_of
 from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError
@@ -118,11 +117,6 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         if self._pool is None:
             raise BackendUnavailableError(f"{self._where}: the store is closed")
         return self._pool
-
-    @property
-    def vector_cache(self) -> VectorCache | None:
-        """The vectors this store keeps in memory, if it does (for tests and benchmarks)."""
-        return self.vectors.cache
 
     @property
     def event_cache(self) -> EventCache:

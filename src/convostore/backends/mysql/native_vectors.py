@@ -87,7 +87,7 @@ log = logging.getLogger("convostore.mysql")
 
 # The first MariaDB with VECTOR and VECTOR INDEX.
 NATIVE_SINCE: Final = (11, 7)
-# The defaults of a store's graph (`MySQLBackend.graph_m` and ``ef_search``): neighbours
+# The defaults of a store's graph (`GraphVectors.graph_m` and ``ef_search``): neighbours
 # per node (MariaDB's default is 6; more gives better recall for wide vectors at a
 # slower build), and the candidates a search keeps while walking the graph (MariaDB's
 # mhnsw_ef_search; the server keeps at least the LIMIT). See benchmarks/mariadb_vectors.py.

@@ -88,53 +88,48 @@ PRUNE_EVERY: Final = 1024
 TAKE_POSITION: Final = "UPDATE vector_feed SET position = LAST_INSERT_ID(position + 1) WHERE id = 1"
 PRUNE: Final = "DELETE FROM vector_changes WHERE position <= %s"
 RECORD_PRUNED: Final = "UPDATE vector_feed SET pruned = %s WHERE id = 1"
-_STRINGS = "JSON_TABLE({}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS wanted"
-_NUMBERS = "JSON_TABLE({}, '$[*]' COLUMNS (value BIGINT PATH '$')) AS wanted"
+_STRINGS = sql.DIALECT.strings_table
 RECORD_ROWS_OF: Final = (
     "INSERT IGNORE INTO vector_changes (position, row_id, session_id)"
     " SELECT %s, e.row_id, '' FROM "
-    + _STRINGS.format("%s")
+    + _STRINGS("%s", "wanted")
     + " JOIN events e ON e.id = wanted.value"
 )
 RECORD_SESSIONS: Final = (
     "INSERT IGNORE INTO vector_changes (position, row_id, session_id)"
-    " SELECT %s, 0, wanted.value FROM " + _STRINGS.format("%s")
+    " SELECT %s, 0, wanted.value FROM " + _STRINGS("%s", "wanted")
 )
 
 SNAPSHOT_POSITION: Final = "SELECT 0, position, pruned FROM vector_feed WHERE id = 1"
 CHANGES_AFTER: Final = "SELECT DISTINCT row_id, session_id FROM vector_changes WHERE position > %s"
 _QUALIFIES = " e.type = 'MESSAGE' AND e.embedding IS NOT NULL AND length(e.embedding) = %(width)s"
-_BY_MODEL = " AND e.embedding_model = %(model)s"
 _COLUMNS = "SELECT e.row_id, e.embedding, e.session_id, e.role FROM "
-COUNT_VECTORS: Final = {
-    False: "SELECT count(*) FROM events e WHERE" + _QUALIFIES,
-    True: "SELECT count(*) FROM events e WHERE" + _QUALIFIES + _BY_MODEL,
-}
-_AFTER = " AND e.row_id > %(after)s ORDER BY e.row_id LIMIT %(limit)s"
-VECTORS_AFTER: Final = {
-    False: _COLUMNS + "events e WHERE" + _QUALIFIES + _AFTER,
-    True: _COLUMNS + "events e WHERE" + _QUALIFIES + _BY_MODEL + _AFTER,
-}
-_OF_ROWS = (
-    _COLUMNS + _NUMBERS.format("%(rowids)s") + (" JOIN events e ON e.row_id = wanted.value WHERE")
+
+
+def _by_model(head: str, tail: str = "") -> dict[bool, str]:
+    """The vectors that qualify, of any model (False) or of the request's (True)."""
+    by_model = " AND e.embedding_model = %(model)s"
+    return {False: head + _QUALIFIES + tail, True: head + _QUALIFIES + by_model + tail}
+
+
+COUNT_VECTORS: Final = _by_model("SELECT count(*) FROM events e WHERE")
+VECTORS_AFTER: Final = _by_model(
+    _COLUMNS + "events e WHERE", " AND e.row_id > %(after)s ORDER BY e.row_id LIMIT %(limit)s"
 )
-_OF_SESSIONS = (
+VECTORS_OF_ROWS: Final = _by_model(
     _COLUMNS
-    + _STRINGS.format("%(sessions)s")
+    + sql.DIALECT.integers_table("%(rowids)s", "wanted")
+    + " JOIN events e ON e.row_id = wanted.value WHERE"
+)
+VECTORS_OF_SESSIONS: Final = _by_model(
+    _COLUMNS
+    + _STRINGS("%(sessions)s", "wanted")
     + " JOIN sessions s ON s.id = wanted.value OR s.part_of = wanted.value"
     " JOIN events e ON e.session_id = s.id WHERE"
 )
-VECTORS_OF_ROWS: Final = {
-    False: _OF_ROWS + _QUALIFIES,
-    True: _OF_ROWS + _QUALIFIES + _BY_MODEL,
-}
-VECTORS_OF_SESSIONS: Final = {
-    False: _OF_SESSIONS + _QUALIFIES,
-    True: _OF_SESSIONS + _QUALIFIES + _BY_MODEL,
-}
 SESSIONS: Final = (
     "SELECT s.id, s.owner_id, s.part_of FROM "
-    + _STRINGS.format("%s")
+    + _STRINGS("%s", "wanted")
     + " JOIN sessions s ON s.id = wanted.value"
 )
 DELETE_SESSION: Final = "DELETE FROM sessions WHERE id = %s"
