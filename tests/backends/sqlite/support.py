@@ -21,7 +21,14 @@ from convostore import (
 )
 from convostore.backends.sqlite import SQLiteBackend
 from convostore.backends.sqlite import search as sqlite_search
-from convostore.backends.sqlite.connection import in_read_snapshot
+from convostore.backends.sqlite import worker as worker_module
+from convostore.backends.sqlite.connection import (
+    Batches,
+    Outcome,
+    Write,
+    in_group_transaction,
+    in_read_snapshot,
+)
 from convostore.embedding import HashingEmbedder
 
 ADA = User("ada", "Ada")
@@ -147,3 +154,17 @@ async def is_nearest(store: Store, vector: Any, message_id: str, **scope: Any) -
 async def found_ids(store: Store) -> set[str]:
     """Every message a vector search can find."""
     return {hit.message.id for hit in await store.search(vector=gaussian(random.Random(0)), k=1000)}
+
+
+def group_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each group the writer commits from now on (filled as they commit)."""
+    groups: list[int] = []
+
+    def recording(
+        connection: sqlite3.Connection, writes: list[Write], batches: Batches | None = None
+    ) -> list[Outcome]:
+        groups.append(len(writes))
+        return in_group_transaction(connection, writes, batches)
+
+    monkeypatch.setattr(worker_module, "in_group_transaction", recording)
+    return groups

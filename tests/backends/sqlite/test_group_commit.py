@@ -22,9 +22,7 @@ from convostore import Event, EventFilter, Message, MessageWrite, Role, Store, S
 from convostore.backends.sqlite import SQLiteBackend
 from convostore.backends.sqlite import connection as connection_module
 from convostore.backends.sqlite import operations as operations_module
-from convostore.backends.sqlite import worker as worker_module
 from convostore.backends.sqlite.connection import (
-    Batches,
     Outcome,
     RollbackAndReturn,
     Write,
@@ -33,7 +31,7 @@ from convostore.backends.sqlite.connection import (
 )
 from convostore.backends.sqlite.url import SQLiteTarget
 from convostore.backends.sqlite.worker import ConnectionWorker
-from tests.backends.sqlite.support import ADA
+from tests.backends.sqlite.support import ADA, group_sizes
 
 
 async def queued_behind_a_held_writer(
@@ -41,16 +39,7 @@ async def queued_behind_a_held_writer(
 ) -> tuple[list[Any], list[int]]:
     """Run ``calls`` (coroutines of writes) while the writer thread is held, so they are
     all queued when it is let go; answer their results and the size of each group."""
-    groups: list[int] = []
-    original = in_group_transaction
-
-    def recording(
-        connection: sqlite3.Connection, writes: list[Write], batches: Batches | None = None
-    ) -> list[Outcome]:
-        groups.append(len(writes))
-        return original(connection, writes, batches)
-
-    monkeypatch.setattr(worker_module, "in_group_transaction", recording)
+    groups = group_sizes(monkeypatch)
     let_go = threading.Event()
     backend = store.backend
     assert isinstance(backend, SQLiteBackend)

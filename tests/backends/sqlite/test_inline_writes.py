@@ -18,10 +18,9 @@ import convostore
 from convostore import EventWrite, MessageWrite, Role, Store, StoreClosedError
 from convostore.backends.sqlite import inline as inline_module
 from convostore.backends.sqlite import worker as worker_module
-from convostore.backends.sqlite.connection import Batches, Outcome, Write, in_group_transaction
 from convostore.backends.sqlite.inline import INLINE_LIMIT_S, INLINE_PAUSE, Pacer
 from convostore.backends.sqlite.worker import ConnectionWorker
-from tests.backends.sqlite.support import ADA, db_url, raw_rows, sqlite_of
+from tests.backends.sqlite.support import ADA, db_url, group_sizes, raw_rows, sqlite_of
 
 
 @pytest.fixture(autouse=True)
@@ -99,15 +98,7 @@ async def test_writes_started_together_commit_in_groups(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sessions = [await store.create_session(ADA) for _ in range(4)]
-    groups: list[int] = []
-
-    def recording(
-        connection: sqlite3.Connection, writes: list[Write], batches: Batches | None = None
-    ) -> list[Outcome]:
-        groups.append(len(writes))
-        return in_group_transaction(connection, writes, batches)
-
-    monkeypatch.setattr(worker_module, "in_group_transaction", recording)
+    groups = group_sizes(monkeypatch)
     before = inline_writes(store)
     count = 40
     await asyncio.gather(
