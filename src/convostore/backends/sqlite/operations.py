@@ -142,14 +142,17 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
             )
     except sqlite3.IntegrityError as error:
         _raise_for_stored_id(connection, append, error)
-    stored: list[Event] = []
-    for offset, prepared in enumerate(events):
+    return _applied(append, first_seq)
+
+
+def _applied(append: PreparedAppend, first_seq: int) -> AppendOutcome:
+    """The outcome of an append stored with seqs from ``first_seq`` on."""
+    for offset, prepared in enumerate(append.events):
         # "event.seq is 0 until the backend assigns it" (PreparedEvent): the event was
         # made for this append and nothing else holds it, so it takes its seq in place
         # rather than as a copy of every field, on the hottest path there is.
         object.__setattr__(prepared.event, "seq", first_seq + offset)
-        stored.append(prepared.event)
-    return AppendOutcome(applied=True, events=stored)
+    return AppendOutcome(applied=True, events=[prepared.event for prepared in append.events])
 
 
 def write_appends(
@@ -201,31 +204,30 @@ def _write_together(connection: Connection, appends: list[PreparedAppend]) -> li
             append.expected_version,
         )
     last_seqs = dict(connection.execute(sql.advance_sessions(len(appends)), parameters))
+    first_seqs = {
+        append.session_id: last_seqs[append.session_id] - len(append.events) + 1
+        for append in appends
+        if append.session_id in last_seqs
+    }
     _insert_users(
         connection,
-        tuple(user for a in appends if a.session_id in last_seqs for user in a.users_to_insert),
+        tuple(user for a in appends if a.session_id in first_seqs for user in a.users_to_insert),
     )
-    rows = []
-    for append in appends:
-        last_seq = last_seqs.get(append.session_id)
-        if last_seq is not None:
-            first_seq = last_seq - len(append.events) + 1
-            rows += [event_values(p, first_seq + i) for i, p in enumerate(append.events)]
-    connection.executemany(sql.INSERT_EVENT, rows)
-    outcomes = []
-    for append in appends:
-        last_seq = last_seqs.get(append.session_id)
-        if last_seq is None:
-            outcomes.append(write_append(connection, append))
-            continue
-        first_seq = last_seq - len(append.events) + 1
-        for offset, prepared in enumerate(append.events):
-            # In place, as `write_append` sets it.
-            object.__setattr__(prepared.event, "seq", first_seq + offset)
-        outcomes.append(
-            AppendOutcome(applied=True, events=[prepared.event for prepared in append.events])
-        )
-    return outcomes
+    connection.executemany(
+        sql.INSERT_EVENT,
+        [
+            event_values(prepared, first_seqs[append.session_id] + offset)
+            for append in appends
+            if append.session_id in first_seqs
+            for offset, prepared in enumerate(append.events)
+        ],
+    )
+    return [
+        _applied(append, first_seqs[append.session_id])
+        if append.session_id in first_seqs
+        else write_append(connection, append)
+        for append in appends
+    ]
 
 
 def _raise_for_stored_id(
