@@ -11,7 +11,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import convostore.prepare
-from convostore import Event, SessionExistsError, Store, StoreError, User
+from convostore import (
+    Event,
+    Message,
+    PageRequest,
+    Role,
+    SessionExistsError,
+    Store,
+    StoreError,
+    User,
+)
 from convostore.prepare import prepare_append
 from convostore.testing.fixtures import StoreFactory
 from convostore.testing.helpers import AGENT, ALICE, contents, event, new_session, say
@@ -249,3 +258,60 @@ async def test_appends_at_once_fail_alone(stores: list[Store]) -> None:
         assert sorted(c for c in contents(log) if c.startswith("kept")) == expected
         assert [e.seq for e in log] == list(range(1, len(log) + 1))
         assert await stores[0].version(session.id) == len(log)
+
+
+async def test_appends_of_many_conversations_at_once_keep_every_count(
+    stores: list[Store],
+) -> None:
+    """One write to each of many sessions, all in flight at once, of every kind that
+    lands or is turned away without an error: each session ends as that write alone
+    leaves it (its log, version, message count, first author and participants), and
+    the users the writes give are stored."""
+    await stores[0].put_user(ALICE)
+    sessions = [await new_session(stores[0]) for _ in range(20)]
+
+    def write(index: int) -> Awaitable[object]:
+        target, session_id = pick(stores, index), sessions[index].id
+        kind = index % 5
+        if kind == 0:  # a new user, as author, and a known one as recipient
+            author = User(f"writer-{index}", "Writer")
+            return target.add_message(session_id, say("hello", author=author, recipients=["alice"]))
+        if kind == 1:  # a batch at its expected version
+            return target.append_events(session_id, [say("one"), say("two", Role.ASSISTANT)], 0)
+        if kind == 2:  # a batch at a stale version: nothing written
+            return target.append_events(session_id, [say("stale")], 5)
+        if kind == 3:  # a synthetic message: not counted
+            return target.add_message(session_id, say("note", Role.SYSTEM, synthetic=True))
+        return target.add_message(session_id, say("from alice", author="alice"))
+
+    results = await asyncio.gather(*(write(index) for index in range(20)))
+    summaries = {
+        summary.session.id: summary
+        for summary in (await stores[0].list_summaries(ALICE, PageRequest(size=100))).items
+    }
+    for index, session in enumerate(sessions):
+        kind, summary = index % 5, summaries[session.id]
+        log = await stores[0].read(session.id)
+        contents_of, version = {
+            0: (["hello"], 1),
+            1: (["one", "two"], 1),
+            2: ([], 0),
+            3: (["note"], 1),
+            4: (["from alice"], 1),
+        }[kind]
+        assert contents(log) == contents_of
+        assert [e.seq for e in log] == list(range(1, len(log) + 1))
+        assert await stores[0].version(session.id) == version
+        assert summary.message_count == {0: 1, 1: 2, 2: 0, 3: 0, 4: 1}[kind]
+        first = {0: f"writer-{index}", 4: "alice"}.get(kind)
+        assert (summary.started_by and summary.started_by.id) == first
+        participants = [user.id for user in await stores[0].participants(session.id)]
+        assert participants == ([] if first is None else [first])
+        answer = results[index]
+        if kind in (1, 2):
+            assert answer is (kind == 1)
+        else:
+            assert isinstance(answer, Message)
+            assert (answer.session_id, answer.seq) == (session.id, 1)
+    for index in range(0, 20, 5):
+        assert await stores[0].get_user(f"writer-{index}") is not None
