@@ -111,16 +111,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
     unconfirmed = unconfirmed_users(append.users_to_insert, append.required_user_ids)
     advanced = connection.execute(
         sql.ADVANCE_SESSION,
-        (
-            len(events),
-            append.new_stamp,
-            None if append.activity_at is None else to_micros(append.activity_at),
-            append.new_message_count,
-            append.started_by,
-            append.session_id,
-            append.expected_version,
-            json_list(unconfirmed) if unconfirmed else None,
-        ),
+        (*_advance_values(append), json_list(unconfirmed) if unconfirmed else None),
     ).fetchone()
     if advanced is None:
         if not _session_exists(connection, append.session_id):
@@ -143,6 +134,20 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
     except sqlite3.IntegrityError as error:
         _raise_for_stored_id(connection, append, error)
     return _applied(append, first_seq)
+
+
+def _advance_values(append: PreparedAppend) -> tuple[Any, ...]:
+    """The values `sql.ADVANCE_SESSION` (and `sql.advance_sessions`, per session) moves
+    an append's session on by, in order."""
+    return (
+        len(append.events),
+        append.new_stamp,
+        None if append.activity_at is None else to_micros(append.activity_at),
+        append.new_message_count,
+        append.started_by,
+        append.session_id,
+        append.expected_version,
+    )
 
 
 def _applied(append: PreparedAppend, first_seq: int) -> AppendOutcome:
@@ -192,17 +197,7 @@ def _write_together(connection: Connection, appends: list[PreparedAppend]) -> li
         # One of them is refused (or needs a user another of them gives): each runs
         # alone, in order, to its own outcome.
         return [write_append(connection, append) for append in appends]
-    parameters: list[Any] = []
-    for append in appends:
-        parameters += (
-            append.session_id,
-            len(append.events),
-            append.new_stamp,
-            None if append.activity_at is None else to_micros(append.activity_at),
-            append.new_message_count,
-            append.started_by,
-            append.expected_version,
-        )
+    parameters = [value for append in appends for value in _advance_values(append)]
     last_seqs = dict(connection.execute(sql.advance_sessions(len(appends)), parameters))
     first_seqs = {
         append.session_id: last_seqs[append.session_id] - len(append.events) + 1

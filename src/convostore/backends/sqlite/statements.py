@@ -9,6 +9,7 @@ and each is prepared once per connection. No value is ever formatted into SQL.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Final, Literal
 
 from convostore._time import to_micros
@@ -91,37 +92,43 @@ WRITES: Final = SessionWrites(
 
 # ---------------------------------------------------------------------------- the log
 
+
+def _advance_session(value: Callable[[int], str], source: str, returning: str) -> str:
+    """The UPDATE that moves a session on for an append. ``value(n)`` is the SQL of the
+    append's n-th value (1 events, 2 stamp, 3 activity_at, 4 messages, 5 started_by,
+    6 session_id, 7 expected_version), read from ``source``."""
+    events, stamp, activity, messages, started_by, session_id, expected = map(value, range(1, 8))
+    return (
+        f"UPDATE sessions SET version = version + 1, last_seq = last_seq + {events}, "
+        f"stamp = {stamp}, last_activity_at = CASE WHEN {activity} > last_activity_at "
+        f"THEN {activity} ELSE last_activity_at END, "
+        f"message_count = message_count + {messages}, "
+        f"started_by = coalesce(started_by, {started_by}){source} "
+        f"WHERE sessions.id = {session_id} AND ({expected} IS NULL OR version = {expected}) "
+        f"RETURNING {returning}"
+    )
+
+
 # One statement moves the session on, returns where the new events go, and counts the
 # required user ids (a JSON list, or NULL) that name no stored user. A batch's version
 # check is in the WHERE clause, so no row back means "no such session" or "another
 # version", which only that rare path tells apart.
-ADVANCE_SESSION: Final = (
-    "UPDATE sessions SET version = version + 1, last_seq = last_seq + ?1, stamp = ?2, "
-    "last_activity_at = CASE WHEN ?3 > last_activity_at THEN ?3 ELSE last_activity_at END, "
-    "message_count = message_count + ?4, started_by = coalesce(started_by, ?5) "
-    "WHERE id = ?6 AND (?7 IS NULL OR version = ?7) "
-    "RETURNING last_seq, "
-    "(SELECT count(*) FROM json_each(?8) WHERE value NOT IN (SELECT id FROM users))"
+ADVANCE_SESSION: Final = _advance_session(
+    lambda n: f"?{n}",
+    "",
+    "last_seq, (SELECT count(*) FROM json_each(?8) WHERE value NOT IN (SELECT id FROM users))",
 )
 INSERT_EVENT: Final = DIALECT.insert("events", EVENT_FIELDS)
 
 
 @functools.lru_cache(maxsize=128)
 def advance_sessions(count: int) -> str:
-    """`ADVANCE_SESSION` for ``count`` sessions at once, each named once: per session,
-    the parameters (session_id, events, stamp, activity_at, messages, started_by,
-    expected_version). Returns the id and the new last_seq of each session moved on;
-    a session missing, or not at its expected version, is left out."""
+    """`ADVANCE_SESSION` for ``count`` sessions at once, each named once, with the same
+    seven values per session. Returns the id and the new last_seq of each session moved
+    on; a session missing, or not at its expected version, is left out."""
     rows = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * count)
-    return (
-        "UPDATE sessions SET version = version + 1, last_seq = last_seq + v.column2, "
-        "stamp = v.column3, last_activity_at = CASE WHEN v.column4 > last_activity_at "
-        "THEN v.column4 ELSE last_activity_at END, "
-        "message_count = message_count + v.column5, "
-        "started_by = coalesce(started_by, v.column6) "
-        f"FROM (VALUES {rows}) AS v WHERE sessions.id = v.column1 "
-        "AND (v.column7 IS NULL OR sessions.version = v.column7) "
-        "RETURNING sessions.id, sessions.last_seq"
+    return _advance_session(
+        lambda n: f"v.column{n}", f" FROM (VALUES {rows}) AS v", "sessions.id, sessions.last_seq"
     )
 
 
