@@ -37,8 +37,7 @@ from workload import AUTHOR, CONTENT, store_appends
 
 def _connect_options(url: str) -> dict[str, Any]:
     from convostore.backends.mysql import parse_mysql_url
-    from convostore.backends.mysql.connection import connect_options, session_setup
-    from convostore.backends.mysql.schema import server_facts
+    from convostore.backends.mysql.connection import connect_options, server_facts, session_setup
 
     target = parse_mysql_url(url)
     options = connect_options(target, target.database)

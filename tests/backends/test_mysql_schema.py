@@ -20,12 +20,13 @@ if skip_reason := missing_driver("asyncmy", "mysql"):
 
 from convostore.backends.mysql import parse_mysql_url
 from convostore.backends.mysql.connection import DRIVER, Connection, open_connection
-from convostore.backends.mysql.migrate import (
+from convostore.backends.mysql.schema import (
     CREATE_DATABASE,
+    STOPWORDS_OFF,
+    VERSION_TABLE,
     prepare_database,
     read_pending_migrations,
 )
-from convostore.backends.mysql.schema import STOPWORDS_OFF, VERSION_TABLE
 from tests.backends.frozen_ddl import MYSQL
 
 # What the server says of a database's tables (``%s``: the database).

@@ -3,8 +3,8 @@ driver and its pool; text search runs on a FULLTEXT index.
 
 What every SQL backend shares (`convostore.backends.sql`) does most of the work, in
 MySQL's dialect (`statements`). `backend` runs it on pooled connections (`connection`:
-their setup, transactions and errors); `schema` and `migrate` bring a database to this
-version; `url` reads the URL. Vectors are kept and searched through the shared vector
+their setup, transactions and errors); `schema` is the schema and brings a database to
+it; `url` reads the URL. Vectors are kept and searched through the shared vector
 cache, which follows a change feed in commit order (`vector_feed`), by an exact scan, or
 with MariaDB 11.7+'s own index (`native_vectors`), as the URL's ``vector_search`` says.
 

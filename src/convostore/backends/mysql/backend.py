@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
@@ -24,14 +24,12 @@ from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
     DRIVER,
     Connection,
+    ServerFacts,
     check_size,
-    is_connection_lost,
     open_pool,
     snapshot,
-    translate_error,
 )
-from convostore.backends.mysql.migrate import prepare_database, read_pending_migrations
-from convostore.backends.mysql.schema import ServerFacts
+from convostore.backends.mysql.schema import prepare_database, read_pending_migrations
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
 from convostore.backends.sql import appends
 from convostore.backends.sql import search as steps
@@ -75,6 +73,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
         self.vectors = vector_feed.FeedVectors(target)
         self._pool: Pool | None = None
+        self._closed = False
         self._where = target.where
         self._event_cache = EventCache()
 
@@ -104,17 +103,19 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         return None if self._pool is None else functools.partial(_drop_sockets, self._pool)
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
+        if self._closed:
+            return
+        pool, self._closed = self._pool, True
         self._event_cache.clear()
         self.vectors.clear()
         if pool is not None:
-            pool.close()
+            pool.close()  # Waits for the connections in use to be given back.
             await pool.wait_closed()
 
     @property
     def pool(self) -> Pool:
         """The store's connection pool (for its own tests and benchmarks)."""
-        if self._pool is None:
+        if self._pool is None or self._closed:
             raise BackendUnavailableError(f"{self._where}: the store is closed")
         return self._pool
 
@@ -125,34 +126,24 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
 
     # ---------------------------------------------------------------- connections
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Connection]:
-        """A connection of the pool; the driver's errors become convostore's here. A
-        connection that failed is closed, never given to the next caller."""
-        pool = self.pool
+    async def _acquire(self) -> Connection:
         try:
             async with asyncio.timeout(self.target.pool_timeout):
-                connection = await pool.acquire()
+                connection: Connection = await self.pool.acquire()
         except TimeoutError as error:
             raise BackendUnavailableError(
                 f"{self._where}: no free connection in {self.target.pool_timeout} s"
             ) from error
-        except DRIVER.exceptions as error:
-            raise translate_error(error, self._where) from error
-        try:
-            yield connection
-        except DRIVER.exceptions as error:
+        return connection
+
+    async def _release(self, connection: Connection, *, failed: bool) -> None:
+        if failed:  # A connection in an unknown state is closed, never reused.
             connection.close()
-            if is_connection_lost(error):
-                # The server may have restarted: every idle connection is lost too.
-                await pool.clear()
-            raise translate_error(error, self._where) from error
-        except BaseException:
-            # Cancelled or failed mid-statement: the connection's state is unknown.
-            connection.close()
-            raise
-        finally:
-            pool.release(connection)
+        assert self._pool is not None  # It gave the connection, closing or not.
+        self._pool.release(connection)
+
+    async def _connection_lost(self) -> None:
+        await self.pool.clear()
 
     async def _snapshot(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """``fn(connection, *args)`` in one consistent read snapshot."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 import asyncmy
@@ -28,7 +29,7 @@ from asyncmy import errors
 from asyncmy.connection import Connection
 from asyncmy.pool import Pool
 
-from convostore.backends.mysql.schema import ServerFacts
+from convostore.backends.migrations import version_tuple
 from convostore.backends.mysql.url import MySQLTarget
 from convostore.backends.sql.aio import CursorDriver
 from convostore.errors import (
@@ -41,11 +42,14 @@ from convostore.errors import (
 __all__ = [
     "DRIVER",
     "Connection",
+    "ServerFacts",
     "check_size",
     "connect_options",
     "is_connection_lost",
     "open_connection",
     "open_pool",
+    "read_server_facts",
+    "server_facts",
     "session_setup",
     "snapshot",
     "translate_error",
@@ -82,6 +86,29 @@ _REPEATABLE_READ: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
 _SNAPSHOT: Final = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
 
 
+# The id collation by server family: code point order, no padding.
+TEXT_COLLATIONS: Final = {"mariadb": "utf8mb4_nopad_bin", "mysql": "utf8mb4_0900_bin"}
+SERVER_VERSION: Final = "SELECT VERSION(), @@max_allowed_packet"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """What connect learned about the server: MariaDB or MySQL, its version, the
+    collation ids and keys compare in, and the largest statement it takes."""
+
+    family: str
+    version: tuple[int, ...]
+    collation: str
+    max_packet: int = 16 * 1024 * 1024
+
+
+def server_facts(version_text: str, max_packet: int) -> ServerFacts:
+    """The facts of a server from its ``VERSION()`` (``10.11.6-MariaDB-0+deb12u1`` or
+    ``8.0.36``) and its ``max_allowed_packet``."""
+    family = "mariadb" if "mariadb" in version_text.lower() else "mysql"
+    return ServerFacts(family, version_tuple(version_text), TEXT_COLLATIONS[family], max_packet)
+
+
 class MySQLDriver(CursorDriver[Connection]):
     # The driver's errors, and what a dropped socket raises below it.
     exceptions = (errors.MySQLError, OSError, asyncio.IncompleteReadError)
@@ -103,6 +130,9 @@ class MySQLDriver(CursorDriver[Connection]):
             if connection.connected and not is_connection_lost(error):
                 await connection.rollback()
             raise
+
+    def lost(self, error: BaseException) -> bool:
+        return is_connection_lost(error)
 
     def retryable(self, error: BaseException) -> bool:
         return isinstance(error, errors.OperationalError) and error_code(error) in (
@@ -169,6 +199,11 @@ async def open_connection(target: MySQLTarget, database: str | None) -> Connecti
     """One connection outside the pool (for connect's migration)."""
     connection: Connection = await asyncmy.connect(**connect_options(target, database))
     return connection
+
+
+async def read_server_facts(connection: Connection) -> ServerFacts:
+    row = await DRIVER.fetch_one(connection, SERVER_VERSION)
+    return server_facts(str(row[0]), int(row[1]))
 
 
 async def open_pool(target: MySQLTarget, facts: ServerFacts) -> Pool:

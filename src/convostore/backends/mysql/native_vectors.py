@@ -52,14 +52,14 @@ from convostore.backends.mysql import vector_feed
 from convostore.backends.mysql.connection import (
     DRIVER,
     Connection,
+    ServerFacts,
     error_code,
     execute,
     fetch_all,
     fetch_one,
     snapshot,
 )
-from convostore.backends.mysql.migrate import migration_lock
-from convostore.backends.mysql.schema import ServerFacts
+from convostore.backends.mysql.schema import migration_lock
 from convostore.backends.mysql.url import MySQLTarget
 from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import drive

@@ -1,4 +1,5 @@
-"""The schema as versioned migrations, and what runs at connect to bring a database to it.
+"""The schema as versioned migrations, and what runs at connect to bring a database to it
+(`prepare_database`).
 
 ``MIGRATIONS[i]`` takes a database from version i to i + 1; each applied version is a
 row of ``convostore_schema``. Connect runs them under a named lock (``GET_LOCK``) per
@@ -21,28 +22,43 @@ stopword; the index is created with stopwords off as well.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Final
 
-from convostore.backends.migrations import version_tuple
+from asyncmy import errors
+
+from convostore.backends.migrations import pending
+from convostore.backends.mysql.connection import (
+    DRIVER,
+    ER_BAD_DB_ERROR,
+    Connection,
+    ServerFacts,
+    error_code,
+    open_connection,
+    read_server_facts,
+)
+from convostore.backends.mysql.url import MySQLTarget
 from convostore.backends.sql import tables
-from convostore.backends.sql.migrate import VersionTable
+from convostore.backends.sql.aio import drive
+from convostore.backends.sql.migrate import VersionTable, migrate, pending_migrations
 from convostore.backends.sql.tables import Column, Table, Type
+from convostore.errors import BackendUnavailableError
 
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "TEXT_COLLATIONS",
     "TOKEN_PREFIX",
-    "ServerFacts",
+    "migration_lock",
+    "prepare_database",
+    "read_pending_migrations",
 ]
 
 # Put before every indexed word: two characters lift a one-letter word to InnoDB's
 # default minimum token size of three, and no stopword starts with them.
 TOKEN_PREFIX: Final = "qz"
-# The id collation by server family: code point order, no padding.
-TEXT_COLLATIONS: Final = {"mariadb": "utf8mb4_nopad_bin", "mysql": "utf8mb4_0900_bin"}
 DDL: Final = tables.DDL(
     tables.MYSQL,
     types={
@@ -107,30 +123,80 @@ VERSION_TABLE: Final = VersionTable(
 # database's name (at most 64 characters). Waits up to the given seconds.
 TAKE_MIGRATION_LOCK: Final = "SELECT GET_LOCK(%s, %s)"
 RELEASE_MIGRATION_LOCK: Final = "SELECT RELEASE_LOCK(%s)"
+# How long a store waits for another one's migration, in seconds.
+MIGRATION_LOCK_WAIT_S: Final = 300
 STOPWORDS_OFF: Final = "SET SESSION innodb_ft_enable_stopword = 0"
-SERVER_VERSION: Final = "SELECT VERSION(), @@max_allowed_packet"
+# The database's defaults, for tables made by hand later; convostore's own tables
+# name utf8mb4 themselves.
+CREATE_DATABASE: Final = (
+    "CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE {collation}"
+)
 
 # Characters of a metadata value the index holds.
 VALUE_PREFIX_LENGTH: Final = 512
 
 
-@dataclass(frozen=True, slots=True)
-class ServerFacts:
-    """What connect learned about the server: MariaDB or MySQL, its version, and the
-    collation ids and keys compare in."""
-
-    family: str
-    version: tuple[int, ...]
-    collation: str
-    max_packet: int = 16 * 1024 * 1024
-
-
-def server_facts(version_text: str, max_packet: int) -> ServerFacts:
-    """The facts of a server from its ``VERSION()`` (``10.11.6-MariaDB-0+deb12u1`` or
-    ``8.0.36``) and its ``max_allowed_packet``."""
-    family = "mariadb" if "mariadb" in version_text.lower() else "mysql"
-    return ServerFacts(family, version_tuple(version_text), TEXT_COLLATIONS[family], max_packet)
+async def prepare_database(target: MySQLTarget) -> ServerFacts:
+    """Create the database if it is absent and migrate it to `SCHEMA_VERSION`; the
+    server's facts."""
+    connection = await _connect_creating(target)
+    try:
+        facts = await read_server_facts(connection)
+        migrations = [[s.format(collation=facts.collation) for s in step] for step in MIGRATIONS]
+        async with migration_lock(connection, target):
+            # FULLTEXT indexes made by this connection index every word: none is a stopword.
+            steps = migrate(VERSION_TABLE, migrations, target.where, (STOPWORDS_OFF,))
+            await drive(DRIVER, connection, steps)
+        return facts
+    finally:
+        connection.close()
 
 
-def migration_lock_name(database: str) -> str:
-    return "convostore:" + hashlib.sha256(database.encode()).hexdigest()[:40]
+@contextlib.asynccontextmanager
+async def migration_lock(connection: Connection, target: MySQLTarget) -> AsyncIterator[None]:
+    """The database's migration lock, held by ``connection`` (schema changes run under
+    it, one store at a time)."""
+    name = "convostore:" + hashlib.sha256(target.database.encode()).hexdigest()[:40]
+    wait = (name, MIGRATION_LOCK_WAIT_S)
+    if (await DRIVER.fetch_one(connection, TAKE_MIGRATION_LOCK, wait))[0] != 1:
+        raise BackendUnavailableError(
+            f"{target.where}: another store held the migration lock for {MIGRATION_LOCK_WAIT_S} s"
+        )
+    try:
+        yield
+    finally:
+        if connection.connected:
+            await DRIVER.fetch_one(connection, RELEASE_MIGRATION_LOCK, (name,))
+
+
+async def read_pending_migrations(target: MySQLTarget) -> list[str]:
+    """The migrations `prepare_database` would apply, read without writing or locking:
+    a database that does not exist yet has them all pending."""
+    try:
+        connection = await open_connection(target, target.database)
+    except errors.OperationalError as error:
+        if error_code(error) != ER_BAD_DB_ERROR:
+            raise
+        return pending(0, MIGRATIONS)
+    try:
+        steps = pending_migrations(VERSION_TABLE, MIGRATIONS, target.where)
+        return await drive(DRIVER, connection, steps)
+    finally:
+        connection.close()
+
+
+async def _connect_creating(target: MySQLTarget) -> Connection:
+    try:
+        return await open_connection(target, target.database)
+    except errors.OperationalError as error:
+        if error_code(error) != ER_BAD_DB_ERROR:
+            raise
+    connection = await open_connection(target, None)
+    try:
+        facts = await read_server_facts(connection)
+        # The name matched DATABASE_NAME: letters, digits and underscores only.
+        statement = CREATE_DATABASE.format(name=target.database, collation=facts.collation)
+        await DRIVER.execute(connection, statement)
+    finally:
+        connection.close()
+    return await open_connection(target, target.database)

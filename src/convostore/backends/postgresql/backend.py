@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ParamSpec, Self, TypeVar
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from convostore.backends.interface import (
@@ -22,11 +20,9 @@ from convostore.backends.postgresql import statements as sql
 from convostore.backends.postgresql.connection import (
     DRIVER,
     Connection,
-    is_connection_lost,
     open_connection,
     open_pool,
     session_settings,
-    translate_error,
 )
 from convostore.backends.postgresql.operations import (
     append,
@@ -151,20 +147,15 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
 
     # ---------------------------------------------------------------- connections
 
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Connection]:
-        """A connection of the pool; psycopg's errors become convostore's here."""
-        try:
-            async with self.pool.connection() as connection:
-                yield connection
-        except psycopg.Error as error:
-            if is_connection_lost(error):
-                self._check_pool()
-            raise translate_error(error, self._where) from error
+    async def _acquire(self) -> Connection:
+        return await self.pool.getconn()
 
-    def _check_pool(self) -> None:
-        # A lost connection often means the server restarted: every idle connection is
-        # lost too. Checking them now spares the next callers from finding out one by one.
+    async def _release(self, connection: Connection, *, failed: bool) -> None:
+        # The pool itself rolls back or drops a connection left in a transaction or broken.
+        await self.pool.putconn(connection)
+
+    async def _connection_lost(self) -> None:
+        # The idle connections are checked in the background, not by the caller.
         task = asyncio.get_running_loop().create_task(self.pool.check())
         self._pool_checks.add(task)
         task.add_done_callback(self._pool_checks.discard)

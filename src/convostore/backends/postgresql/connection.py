@@ -78,6 +78,9 @@ class PostgreSQLDriver(CursorDriver[Connection]):
     def retryable(self, error: BaseException) -> bool:
         return isinstance(error, errors.SerializationFailure | errors.DeadlockDetected)
 
+    def lost(self, error: BaseException) -> bool:
+        return is_connection_lost(error)
+
 
 DRIVER: Final = PostgreSQLDriver()
 

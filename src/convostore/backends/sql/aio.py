@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Generic, TypeVar
 
@@ -95,6 +95,11 @@ class Driver(abc.ABC, Generic[C]):
         timeout)."""
         return False
 
+    def lost(self, error: BaseException) -> bool:
+        """Whether ``error`` means the connection it came from is unusable (dropped,
+        refused, the server shut down): the server may have restarted."""
+        return False
+
 
 class CursorDriver(Driver[C]):
     """A `Driver` whose connection opens an async cursor (``async with
@@ -170,9 +175,10 @@ async def in_transaction(
 
 class AsyncSQLBackend(SQLBackend, Generic[C]):
     """A `SQLBackend` whose primitives each run on one connection of a pool: a subclass
-    sets ``driver`` and ``retries`` and gives `_connection`, where the driver's errors
-    become convostore's. The session writes and re-embedding run the shared steps
-    (``writes``, ``embeddings``) unless the subclass writes its own."""
+    sets ``driver``, ``retries`` and ``_where`` and gives `_acquire` and `_release`, the
+    pool's two calls; `_connection` is where the driver's errors become convostore's.
+    The session writes and re-embedding run the shared steps (``writes``,
+    ``embeddings``) unless the subclass writes its own."""
 
     driver: Driver[C]
     key_statements: KeyStatements
@@ -181,15 +187,44 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
     embeddings: Embeddings
     # How many times a transaction the driver calls retryable is run again.
     retries: int = 0
+    # The server and database, for messages (never a password).
+    _where: str
 
     def _check(self, values: Iterable[Any], what: str) -> None:
         """Refuse (`InvalidArgumentError`) values too large for the database, before a
         statement carries them (``what``: "the session", ...); none by default."""
 
     @abc.abstractmethod
-    def _connection(self) -> AbstractAsyncContextManager[C]:
+    async def _acquire(self) -> C:
+        """A free connection of the pool, waited for at most the pool's timeout
+        (`BackendUnavailableError` after it)."""
+
+    @abc.abstractmethod
+    async def _release(self, connection: C, *, failed: bool) -> None:
+        """Give ``connection`` back to the pool. ``failed``: the block using it raised
+        or was cancelled, so its state is unknown."""
+
+    async def _connection_lost(self) -> None:
+        """One connection was lost (`Driver.lost`): the server may have restarted, so
+        the idle ones may be lost too. Checking or dropping them here spares the next
+        callers from finding out one by one; nothing by default."""
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[C]:
         """A connection of the pool, for one primitive; the driver's errors raised in
         the block become convostore's."""
+        with self.driver.translated(self._where):
+            connection = await self._acquire()
+        failed = True
+        try:
+            yield connection
+            failed = False
+        except self.driver.exceptions as error:
+            if self.driver.lost(error):
+                await self._connection_lost()
+            raise self.driver.translate(error, self._where) from error
+        finally:
+            await self._release(connection, failed=failed)
 
     async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """``fn(connection, *args, **kwargs)`` on a connection of the pool."""
