@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final, TypeVar
-from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit, urlunsplit
 
 from convostore.errors import InvalidArgumentError
 
@@ -19,6 +19,7 @@ __all__ = [
     "query_options",
     "redacted",
     "seconds",
+    "server_address",
     "split",
     "target_of",
     "whole",
@@ -120,6 +121,20 @@ def split(url: str, schemes: Sequence[str], name: str) -> SplitResult:
     if parts.scheme.lower() not in schemes:
         raise InvalidArgumentError(f"not a {name} URL: {redacted(url)!r}")
     return parts
+
+
+def server_address(
+    parts: SplitResult, default_port: int, name: str
+) -> tuple[str, int, str | None, str | None]:
+    """The host (``localhost`` if none), port, user and password of a server's URL, the
+    user and password unquoted (None where the URL gives none, or an empty user)."""
+    try:
+        port = parts.port or default_port
+    except ValueError as error:
+        raise InvalidArgumentError(f"bad port in the {name} URL: {error}") from None
+    user = unquote(parts.username) if parts.username else None
+    password = None if parts.password is None else unquote(parts.password)
+    return parts.hostname or "localhost", port, user, password
 
 
 def check_pool(min_size: int, max_size: int) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from convostore.backends.urls import Parse, seconds, whole, with_options
+from convostore.backends.urls import Parse, seconds, server_address, whole, with_options
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_GRAPH", "DEFAULT_PORT", "SCHEMES", "FalkorDBTarget", "parse_falkordb_url"]
@@ -68,23 +68,13 @@ def parse_falkordb_url(url: str) -> FalkorDBTarget:
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
         raise InvalidArgumentError(f"not a FalkorDB URL (falkordb:// or falkordbs://): {scheme!r}")
-    try:
-        port = parts.port or DEFAULT_PORT
-    except ValueError as error:
-        raise InvalidArgumentError(f"bad port in the FalkorDB URL: {error}") from None
+    host, port, username, password = server_address(parts, DEFAULT_PORT, "FalkorDB")
     graph = unquote(parts.path.lstrip("/")) or DEFAULT_GRAPH
     if not GRAPH_NAME.fullmatch(graph):
         raise InvalidArgumentError(
             f"a graph name must match [A-Za-z0-9_][A-Za-z0-9_.:-]{{0,127}}, not {graph!r}"
         )
-    target = FalkorDBTarget(
-        host=parts.hostname or "localhost",
-        port=port,
-        graph=graph,
-        username=unquote(parts.username) if parts.username else None,
-        password=unquote(parts.password) if parts.password is not None else None,
-        tls=scheme == "falkordbs",
-    )
+    target = FalkorDBTarget(host, port, graph, username, password, tls=scheme == "falkordbs")
     given: list[tuple[str, str]] = []
     target = with_options(target, parts.query, _OPTIONS, "the FalkorDB URL", given)
     ssl: dict[str, str] = {}

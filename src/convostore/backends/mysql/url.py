@@ -19,6 +19,7 @@ from convostore.backends.urls import (
     one_of,
     optional_text,
     seconds,
+    server_address,
     split,
     whole,
     with_options,
@@ -127,17 +128,8 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         raise InvalidArgumentError(
             f"a MySQL URL must name its database as [A-Za-z0-9_]{{1,64}}, not {database!r}"
         )
-    try:
-        port = parts.port or DEFAULT_PORT
-    except ValueError as error:
-        raise InvalidArgumentError(f"malformed MySQL URL: {error}") from None
-    target = MySQLTarget(
-        host=parts.hostname or "localhost",
-        port=port,
-        user=None if parts.username is None else unquote(parts.username),
-        password=None if parts.password is None else unquote(parts.password),
-        database=database,
-    )
+    host, port, user, password = server_address(parts, DEFAULT_PORT, "MySQL")
+    target = MySQLTarget(host, port, user, password, database)
     target = with_options(target, parts.query, _OPTIONS, "the MySQL URL")
     check_pool(target.pool_min_size, target.pool_max_size)
     return target
