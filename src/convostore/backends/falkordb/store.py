@@ -4,7 +4,6 @@ asyncio API and a pool of connections; where the driver's errors end."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from convostore.backends.cypher.store import CypherBackend, Rows
 from convostore.backends.falkordb import schema
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
 from convostore.backends.interface import Capabilities
+from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
 from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError, StoreError
@@ -225,15 +225,11 @@ async def _no_graph(query: str, parameters: dict[str, Any]) -> Rows:
 
 
 def _abort_connections(pool: aioredis.BlockingConnectionPool) -> None:
-    """Drop the pool's connections without awaiting, for a store collected without
-    close(): each transport stops being polled at once and the loop closes its socket on
-    its next turn. A connection whose loop is closed already is no longer polled."""
+    """Close the sockets of ``pool``'s connections now (a store collected without
+    close(); the pool's own fields are read)."""
     connections = [
         *getattr(pool, "_available_connections", ()),
         *getattr(pool, "_in_use_connections", ()),
     ]
-    for connection in connections:
-        writer = getattr(connection, "_writer", None)
-        if writer is not None:
-            with contextlib.suppress(RuntimeError):
-                writer.transport.abort()
+    writers = (getattr(connection, "_writer", None) for connection in connections)
+    abort_transports(None if writer is None else writer.transport for writer in writers)

@@ -1,24 +1,17 @@
-"""`MySQLBackend`: the `Backend` primitives, each one function on one pooled connection."""
+"""`MySQLBackend`: the shared steps on asyncmy's pool, in MySQL's dialect."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
-import itertools
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import datetime
-from typing import Any, Self, TypeVar
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Self
 
 from asyncmy.pool import Pool
 
-from convostore._time import to_micros
-from convostore.backends.interface import (
-    Capabilities,
-    TextQuery,
-    VectorQuery,
-)
+from convostore.backends.interface import Capabilities
 from convostore.backends.mysql import native_vectors, vector_feed
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
@@ -31,28 +24,21 @@ from convostore.backends.mysql.connection import (
 )
 from convostore.backends.mysql.schema import prepare_database, read_pending_migrations
 from convostore.backends.mysql.url import MySQLTarget, parse_mysql_url
-from convostore.backends.sql import appends
-from convostore.backends.sql import search as steps
-from convostore.backends.sql.aio import AsyncSQLBackend, drive
-from convostore.backends.sql.event_cache import EventCache
+from convostore.backends.sql.generic import GenericSQLBackend
+from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
-from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError
-from convostore.filters import EventFilter
-from convostore.model import Event, SearchHit
-from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = ["MySQLBackend"]
 
-T = TypeVar("T")
 
-
-class MySQLBackend(AsyncSQLBackend[Connection]):
+class MySQLBackend(GenericSQLBackend[Connection]):
     """One MySQL 8 or MariaDB (10.6 or newer) database.
 
-    Each primitive takes one connection from asyncmy's pool and runs as one statement
-    or one transaction (see `convostore.backends.mysql.connection`). Open it with
-    `open`, which creates the database if absent and migrates its schema.
+    Each primitive runs the shared steps (`GenericSQLBackend`) on one connection of
+    asyncmy's pool, as one statement or one transaction (see
+    `convostore.backends.mysql.connection`). Open it with `open`, which creates the
+    database if absent and migrates its schema.
 
     How vectors are kept and searched is chosen at open (``vectors``): through the
     shared `VectorCache` and the commit-ordered change feed (`vector_feed`), by a scan,
@@ -65,8 +51,14 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
     key_statements = sql.KEY_STATEMENTS
     writes = sql.WRITES
     embeddings = sql.EMBEDDINGS
+    appends = sql.APPENDS
+    reads = sql.READS
+    search = sql.SEARCH
+    text_query = staticmethod(sql.fulltext_query)
+    vectors: vector_feed.FeedVectors
 
     def __init__(self, target: MySQLTarget) -> None:
+        super().__init__(target.where)
         self.target = target
         self.retries = target.deadlock_retries
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
@@ -74,8 +66,6 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         self.vectors = vector_feed.FeedVectors(target)
         self._pool: Pool | None = None
         self._closed = False
-        self._where = target.where
-        self._event_cache = EventCache()
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -106,7 +96,7 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         if self._closed:
             return
         pool, self._closed = self._pool, True
-        self._event_cache.clear()
+        self.event_cache.clear()
         self.vectors.clear()
         if pool is not None:
             pool.close()  # Waits for the connections in use to be given back.
@@ -118,11 +108,6 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         if self._pool is None or self._closed:
             raise BackendUnavailableError(f"{self._where}: the store is closed")
         return self._pool
-
-    @property
-    def event_cache(self) -> EventCache:
-        """The events this store read, kept (for its own tests and benchmarks)."""
-        return self._event_cache
 
     # ---------------------------------------------------------------- connections
 
@@ -143,91 +128,18 @@ class MySQLBackend(AsyncSQLBackend[Connection]):
         self._pool.release(connection)
 
     async def _connection_lost(self) -> None:
-        await self.pool.clear()
-
-    async def _snapshot(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """``fn(connection, *args)`` in one consistent read snapshot."""
-        async with self._connection() as connection, snapshot(connection):
-            return await fn(connection, *args)
+        if self._pool is not None:
+            await self._pool.clear()
 
     def _check(self, values: Iterable[Any], what: str) -> None:
         check_size(values, self.facts.max_packet, what)
 
-    # Every write that touches a vector runs through ``vectors``, which keeps them.
-
-    async def delete_session(self, session_id: str) -> bool:
-        return await self._write(self.vectors.delete_session, session_id)
-
-    async def delete_expired(self, before: datetime) -> int:
-        return await self._write(self.vectors.delete_expired, to_micros(before))
-
-    # ---------------------------------------------------------------- the log
-
-    async def append(self, append: PreparedAppend) -> AppendOutcome:
-        return await self._write(self.vectors.append, append, self._append)
-
-    async def _append(self, connection: Connection, append: PreparedAppend) -> AppendOutcome:
-        """The shared append (`convostore.backends.sql.appends`), its rows no larger than
-        the server takes."""
-
-        def check(rows: Sequence[Sequence[Any]]) -> None:
-            self._check(itertools.chain.from_iterable(rows), "the append")
-
-        write = appends.append(sql.APPENDS, sql.WRITES, append, check)
-        return await drive(DRIVER, connection, write)
-
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
-        decode = functools.partial(self._event_cache.events, reader=sql.DIALECT.rows)
-        read = sql.READS.read_events
-        # The active view's boundary and later events must agree: one snapshot.
-        if event_filter.active_view:
-            return await self._snapshot(self._steps, read, session_id, event_filter, decode)
-        async with self._connection() as connection:
-            return await drive(DRIVER, connection, read(session_id, event_filter, decode))
-
-    # ---------------------------------------------------------------- vectors and text
-
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
-        await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, replace)
-        await self.vectors.declared(self._connection, replace=replace, reembedding=False)
-
-    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
-        if await self.vector_index_spec() == spec:
-            return False
-        await self._run(self._steps, sql.EMBEDDINGS.declare_index, spec, True)
-        await self.vectors.declared(self._connection, replace=True, reembedding=True)
-        return True
-
-    async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
-    ) -> None:
-        ids = [message_id for message_id, _ in vectors]
-        write = (self._steps, sql.EMBEDDINGS.set_embeddings, model, vectors)
-        await self._write(self.vectors.set_embeddings, ids, *write)
-
-    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
-        async with self._connection() as connection:
-            return await self.vectors.search(connection, query)
-
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
-        scope, terms = query.scope, sql.fulltext_query(query.terms)
-        search = (sql.SEARCH, terms, query.k, scope.owner_id, scope.session_id, scope.roles)
-        return await self._snapshot(self._steps, steps.text_search, *search)
+    def _read_snapshot(self, connection: Connection) -> AbstractAsyncContextManager[None]:
+        return snapshot(connection)
 
 
 def _drop_sockets(pool: Pool) -> None:
-    """Close the socket of every connection of ``pool`` now, with or without its event
-    loop: the loop holds each connection's transport, so the sockets of a store
-    collected without `close` would never be closed otherwise. (The pool's and the
-    transports' own fields are read: neither asyncmy nor asyncio closes a socket
-    without a running loop.)"""
-    for connection in (*getattr(pool, "_free", ()), *getattr(pool, "_used", ())):
-        transport = getattr(connection, "_transport", None)
-        if transport is None:
-            continue
-        with contextlib.suppress(RuntimeError):  # The loop is closed: nothing to tell it.
-            transport.abort()
-        # asyncio's wrapper of the socket (plain or under TLS) holds the socket itself.
-        raw = getattr(transport.get_extra_info("socket"), "_sock", None)
-        if raw is not None:
-            raw.close()
+    """Close the sockets of ``pool``'s connections now (a store collected without
+    `close`; the pool's own fields are read)."""
+    connections = (*getattr(pool, "_free", ()), *getattr(pool, "_used", ()))
+    abort_transports(getattr(connection, "_transport", None) for connection in connections)

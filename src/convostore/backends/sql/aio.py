@@ -20,13 +20,11 @@ from typing import Any, Final, Generic, TypeVar
 from convostore.backends.sql import writes
 from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sql.embeddings import Embeddings
-from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
-from convostore.backends.sql.writes import KeyStatements, SessionWrites
+from convostore.backends.sql.writes import KeyStatements
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import StoreError
-from convostore.model import Role, Session, User
-from convostore.prepare import NewSession, SessionChanges
+from convostore.model import Role
 
 __all__ = [
     "AsyncSQLBackend",
@@ -177,13 +175,13 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
     """A `SQLBackend` whose primitives each run on one connection of a pool: a subclass
     sets ``driver``, ``retries`` and ``_where`` and gives `_acquire` and `_release`, the
     pool's two calls; `_connection` is where the driver's errors become convostore's.
-    The session writes and re-embedding run the shared steps (``writes``,
-    ``embeddings``) unless the subclass writes its own."""
+    Re-embedding (``embeddings``) and the metadata index (``key_statements``) run the
+    shared steps; `convostore.backends.sql.generic.GenericSQLBackend` runs every other
+    primitive through them too."""
 
     driver: Driver[C]
     key_statements: KeyStatements
-    # The session writes and re-embedding, where the backend runs the shared steps.
-    writes: SessionWrites
+    # Re-embedding, where the backend runs the shared steps.
     embeddings: Embeddings
     # How many times a transaction the driver calls retryable is run again.
     retries: int = 0
@@ -272,26 +270,6 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
             return found
 
         return await self._write(update_then_read)
-
-    # ---------------------------------------------------------------- users and sessions
-
-    async def put_user(self, user: User) -> None:
-        values = user_values(user)
-        self._check(values, "the user")
-        await self._run(self.driver.execute, self.statements.upsert_user, values)
-
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
-        self._check(self.writes.session_row(new), "the session")
-        return await self._write_steps(writes.insert_session, self.writes, new, if_absent)
-
-    async def find_or_insert_part(self, new: NewSession) -> Session:
-        self._check(self.writes.session_row(new), "the session")
-        return await self._write_steps(writes.find_or_insert_part, self.writes, new)
-
-    async def update_session(self, changes: SessionChanges) -> Session:
-        values = (changes.title, changes.metadata_json, changes.session_id, changes.new_stamp)
-        self._check(values, "the session")
-        return await self._write_steps(writes.update_session, self.writes, changes)
 
     # ---------------------------------------------------------------- re-embedding
 
