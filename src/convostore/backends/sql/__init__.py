@@ -20,7 +20,10 @@
   `search` (text and exact vector search) and `migrate` (the migration runner,
   `VersionTable`).
 - `aio`: what the backends on an asyncio driver share: `Driver`, the transaction runner
-  with retries, `AsyncSQLBackend` (the I/O hooks over a pool's connections).
+  with retries, `AsyncSQLBackend` (the I/O hooks and the connection runner over a
+  pool's `_acquire` and `_release`).
+- `generic`: `GenericSQLBackend`, every primitive run through the steps, and
+  `VectorKeeping`, how such a backend keeps its vectors.
 
 How a new SQL backend plugs in (``convostore.backends.mysql`` is the smallest example):
 
@@ -37,15 +40,16 @@ How a new SQL backend plugs in (``convostore.backends.mysql`` is the smallest ex
    ``appends.AppendStatements``, ``embeddings.Embeddings`` and
    ``search.SearchStatements`` are made from it with the few fragments that are the
    backend's own (its text match, its insert of a session and of events).
-3. A `SQLBackend` subclass (on an asyncio driver, an `aio.AsyncSQLBackend`: a `Driver`
-   and `_connection` give the I/O hooks and the metadata keys): ``statements =
-   STATEMENTS``; the I/O hooks `_fetch_all`, `_changed`, `_returning`; `open` /
-   `close`; and the primitives, each a call of the shared steps (``read``:
-   `reads.LogReads.read_events`; ``append``: `appends.append`; the session writes:
-   `writes`; re-embedding: `embeddings`; search: `search`) unless its SQL is its own.
-   Hand what its own statements found to `decisions` rather than deciding again
-   (`replay_or_conflict`, `stale_or_missing`, `check_parent`, `unknown_users`,
-   `refuse_existing`, `event_conditions`, `bounded`).
+3. On an asyncio driver, a `generic.GenericSQLBackend` subclass: the statements above
+   as its class attributes, a `aio.Driver` (how its connection runs a statement and a
+   transaction, and which of its errors are retried, lost connections, or refused
+   duplicates), the pool's `_acquire` / `_release`, a read snapshot, how its text
+   query is written, its `generic.VectorKeeping`, and `open` / `close`: every
+   primitive then runs the shared steps. Where its SQL is its own (PostgreSQL's
+   single-statement reads and writes), stand on `aio.AsyncSQLBackend` or `SQLBackend`
+   and write those primitives; hand what their statements found to `decisions`
+   rather than deciding again (`replay_or_conflict`, `stale_or_missing`,
+   `check_parent`, `unknown_users`, `refuse_existing`, `event_conditions`, `bounded`).
 4. Errors: translate the driver's exceptions where they are caught; only "cannot reach
    or use the database now" is `BackendUnavailableError`, anything else a `StoreError`.
 5. One line in `convostore.backends.registry.BUILTIN` (``mysql``/``mariadb`` are there
