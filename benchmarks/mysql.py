@@ -56,7 +56,7 @@ async def raw_appends(url: str, count: int) -> float:
     session = await store.create_session(AUTHOR)
     await store.close()
     connection = await asyncmy.connect(**_connect_options(url))
-    insert = sql.insert_events(1)
+    insert = sql.APPENDS.insert_events(1)
     tokens = search_tokens(CONTENT)
     folded = CONTENT.lower()
     try:
@@ -65,7 +65,7 @@ async def raw_appends(url: str, count: int) -> float:
             for _ in range(count):
                 now = to_micros(utc_now())
                 await connection.begin()
-                await cursor.execute(sql.LOCK_SESSION, (session.id,))
+                await cursor.execute(sql.APPENDS.lock_session, (session.id,))
                 _, last_seq = await cursor.fetchone()
                 await cursor.execute(sql.WRITES.missing_users, ('["ada"]',))
                 await cursor.fetchall()
@@ -76,7 +76,7 @@ async def raw_appends(url: str, count: int) -> float:
                 )  # fmt: skip
                 await cursor.execute(insert, row)
                 await cursor.execute(
-                    sql.ADVANCE_SESSION, (1, new_stamp(), now, 1, AUTHOR.id, session.id)
+                    sql.APPENDS.advance, (1, new_stamp(), now, 1, AUTHOR.id, session.id)
                 )
                 await connection.commit()
             return count / (time.perf_counter() - started)

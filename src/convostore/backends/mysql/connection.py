@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import asyncmy
 from asyncmy import errors
@@ -54,8 +54,6 @@ __all__ = [
     "snapshot",
     "translate_error",
 ]
-
-T = TypeVar("T")
 
 # Server error numbers convostore tells apart.
 ER_LOCK_WAIT_TIMEOUT: Final = 1205

@@ -10,12 +10,11 @@ ever formatted into SQL. Lists of values are bound as one JSON parameter and rea
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Final
 
 from convostore._time import to_micros
 from convostore.backends.mysql.schema import TOKEN_PREFIX, VALUE_PREFIX_LENGTH
-from convostore.backends.sql.appends import AppendStatements
+from convostore.backends.sql.appends import append_statements
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.embeddings import Embeddings
@@ -194,30 +193,9 @@ KEY_STATEMENTS: Final = KeyStatements(
 
 # ---------------------------------------------------------------------------- the log
 
-LOCK_SESSION: Final = "SELECT version, last_seq FROM sessions WHERE id = %s FOR UPDATE"
-ADVANCE_SESSION: Final = (
-    "UPDATE sessions SET version = version + 1, last_seq = last_seq + %s, stamp = %s, "
-    "last_activity_at = GREATEST(last_activity_at, coalesce(%s, last_activity_at)), "
-    "message_count = message_count + %s, started_by = coalesce(started_by, %s) "
-    "WHERE id = %s"
-)
-# ``count`` events at once, each of parameters `event_row`.
-insert_events: Final = functools.lru_cache(64)(
-    functools.partial(DIALECT.insert, "events", EVENT_INSERT_FIELDS)
-)
 # The append (`convostore.backends.sql.appends`): under the session's row lock, the
 # version check and the new ``seq`` values cannot race another append.
-APPENDS: Final = AppendStatements(
-    lock_session=LOCK_SESSION,
-    advance=ADVANCE_SESSION,
-    insert_events=insert_events,
-    event_row=event_row,
-    events_with_ids=(
-        f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
-        + DIALECT.strings_table("%(ids)s", "wanted")
-        + " JOIN events e ON e.id = wanted.value"
-    ),
-)
+APPENDS: Final = append_statements(DIALECT, EVENT_INSERT_FIELDS, event_row)
 # The reads of the log select each row's ``row_id`` first, the key of the store's
 # `convostore.backends.sql.event_cache.EventCache`. The text filter is literal and
 # case-insensitive as Python's `needle.lower() in content.lower()`: the folded content

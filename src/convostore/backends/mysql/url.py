@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import ssl as tls
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, get_args
 from urllib.parse import unquote
 
 from convostore.backends.urls import (
@@ -42,15 +42,12 @@ DEFAULT_PORT: Final = 3306
 DATABASE_NAME: Final = re.compile(r"[A-Za-z0-9_]{1,64}")
 SslMode = Literal["disabled", "preferred", "required", "verify_ca", "verify_identity"]
 VectorSearch = Literal["cache", "native", "scan"]
-VECTOR_SEARCHES: Final[tuple[VectorSearch, ...]] = ("cache", "native", "scan")
+VECTOR_SEARCHES: Final[tuple[VectorSearch, ...]] = get_args(VectorSearch)
+# Each mode by its name, and false and true for the two it stands for.
 _SSL_MODES: Final[dict[str, SslMode]] = {
+    **{mode: mode for mode in get_args(SslMode)},
     "false": "disabled",
-    "disabled": "disabled",
-    "preferred": "preferred",
     "true": "required",
-    "required": "required",
-    "verify_ca": "verify_ca",
-    "verify_identity": "verify_identity",
 }
 _MAX_RETRIES = 100
 _OPTIONS: Final[dict[str, Parse]] = {

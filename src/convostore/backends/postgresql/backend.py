@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -59,8 +59,6 @@ __all__ = ["PostgreSQLBackend"]
 
 log = logging.getLogger("convostore.postgresql")
 
-T = TypeVar("T")
-P = ParamSpec("P")
 # pgvector's relaxed iterative scan, which lets a filtered search return its k rows.
 _ITERATIVE_SCAN_SINCE = (0, 8)
 

@@ -10,18 +10,21 @@ an append; PostgreSQL's is one statement.)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from convostore._time import to_micros
 from convostore.backends.sql import decisions
+from convostore.backends.sql.dialect import Dialect
+from convostore.backends.sql.statements import EVENT_FIELDS, columns
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.backends.sql.writes import SessionWrites, insert_users, require_users
 from convostore.errors import StoreError
 from convostore.prepare import AppendOutcome, PreparedAppend, PreparedEvent
 
-__all__ = ["AppendStatements", "append"]
+__all__ = ["AppendStatements", "append", "append_statements"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,38 @@ class AppendStatements:
     insert_events: Callable[[int], str]
     event_row: Callable[[PreparedEvent, int], tuple[Any, ...]]
     events_with_ids: str
+
+
+def append_statements(
+    dialect: Dialect,
+    insert_fields: tuple[str, ...],
+    event_row: Callable[[PreparedEvent, int], tuple[Any, ...]],
+) -> AppendStatements:
+    """The statements of an append in ``dialect``, whose events are inserted as
+    ``insert_fields`` (`EVENT_FIELDS` and the backend's own), each row made by
+    ``event_row``. The session's activity moves on by GREATEST (MySQL, MariaDB,
+    PostgreSQL)."""
+    m = dialect.marker
+    advance = (
+        f"UPDATE sessions SET version = version + 1, last_seq = last_seq + {m}, stamp = {m}, "
+        f"last_activity_at = GREATEST(last_activity_at, coalesce({m}, last_activity_at)), "
+        f"message_count = message_count + {m}, started_by = coalesce(started_by, {m}) "
+        f"WHERE id = {m}"
+    )
+    return AppendStatements(
+        lock_session=f"SELECT version, last_seq FROM sessions WHERE id = {m}{dialect.for_update}",
+        advance=advance,
+        # n events at once: a bounded set of statements, each rendered once.
+        insert_events=functools.lru_cache(64)(
+            functools.partial(dialect.insert, "events", insert_fields)
+        ),
+        event_row=event_row,
+        events_with_ids=(
+            f"SELECT {columns(EVENT_FIELDS, 'e.')} FROM "
+            + dialect.strings_table(dialect.p("ids"), "wanted")
+            + " JOIN events e ON e.id = wanted.value"
+        ),
+    )
 
 
 def _no_check(rows: Sequence[Any]) -> None:
