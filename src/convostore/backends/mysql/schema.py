@@ -172,11 +172,8 @@ async def migration_lock(connection: Connection, target: MySQLTarget) -> AsyncIt
 async def read_pending_migrations(target: MySQLTarget) -> list[str]:
     """The migrations `prepare_database` would apply, read without writing or locking:
     a database that does not exist yet has them all pending."""
-    try:
-        connection = await open_connection(target, target.database)
-    except errors.OperationalError as error:
-        if error_code(error) != ER_BAD_DB_ERROR:
-            raise
+    connection = await _connect_if_present(target)
+    if connection is None:
         return pending(0, MIGRATIONS)
     try:
         steps = pending_migrations(VERSION_TABLE, MIGRATIONS, target.where)
@@ -185,12 +182,19 @@ async def read_pending_migrations(target: MySQLTarget) -> list[str]:
         connection.close()
 
 
-async def _connect_creating(target: MySQLTarget) -> Connection:
+async def _connect_if_present(target: MySQLTarget) -> Connection | None:
+    """A connection to the target's database, or None where it does not exist."""
     try:
         return await open_connection(target, target.database)
     except errors.OperationalError as error:
         if error_code(error) != ER_BAD_DB_ERROR:
             raise
+    return None
+
+
+async def _connect_creating(target: MySQLTarget) -> Connection:
+    if (present := await _connect_if_present(target)) is not None:
+        return present
     connection = await open_connection(target, None)
     try:
         facts = await read_server_facts(connection)
