@@ -211,16 +211,19 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
     async def _connection(self) -> AsyncIterator[C]:
         """A connection of the pool, for one primitive; the driver's errors raised in
         the block become convostore's."""
-        with self.driver.translated(self._where):
+        driver = self.driver
+        try:
             connection = await self._acquire()
+        except driver.exceptions as error:
+            raise driver.translate(error, self._where) from error
         failed = True
         try:
             yield connection
             failed = False
-        except self.driver.exceptions as error:
-            if self.driver.lost(error):
+        except driver.exceptions as error:
+            if driver.lost(error):
                 await self._connection_lost()
-            raise self.driver.translate(error, self._where) from error
+            raise driver.translate(error, self._where) from error
         finally:
             await self._release(connection, failed=failed)
 

@@ -19,7 +19,7 @@ from convostore._time import to_micros
 from convostore.backends.interface import TextQuery, VectorQuery
 from convostore.backends.sql import appends, writes
 from convostore.backends.sql import search as search_steps
-from convostore.backends.sql.aio import AsyncSQLBackend
+from convostore.backends.sql.aio import AsyncSQLBackend, drive
 from convostore.backends.sql.appends import AppendStatements
 from convostore.backends.sql.event_cache import EventCache
 from convostore.backends.sql.reads import LogReads
@@ -156,17 +156,18 @@ class GenericSQLBackend(AsyncSQLBackend[C]):
         def check(rows: Sequence[Sequence[Any]]) -> None:
             self._check(itertools.chain.from_iterable(rows), "the append")
 
-        return await self._steps(
-            connection, appends.append, self.appends, self.writes, append, check
-        )
+        write = appends.append(self.appends, self.writes, append, check)
+        return await drive(self.driver, connection, write)
 
     async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
         decode = functools.partial(self.event_cache.events, reader=self.rows)
-        read = (self._steps, self.reads.read_events, session_id, event_filter, decode)
-        # The active view's boundary and later events must agree: one snapshot.
-        if event_filter.active_view:
-            return await self._snapshot(*read)
-        return await self._run(*read)
+        read = self.reads.read_events(session_id, event_filter, decode)
+        async with self._connection() as connection:
+            if not event_filter.active_view:
+                return await drive(self.driver, connection, read)
+            # The active view's boundary and later events must agree: one snapshot.
+            async with self._read_snapshot(connection):
+                return await drive(self.driver, connection, read)
 
     # ---------------------------------------------------------------- vectors and text
 
