@@ -142,6 +142,12 @@ def say(content: str, role: Role = Role.USER) -> MessageWrite:
             MySQLTarget("h", 3306, "u", None, "chat", unix_socket="/run/mysqld/mysqld.sock",
                         ssl="required"),
         ),
+        # No user, or an empty one: the driver's default user.
+        ("mysql://h/chat?ssl=false", MySQLTarget("h", 3306, None, None, "chat")),
+        ("mysql://:s%3Acret@h/chat?ssl=VERIFY_CA",
+         MySQLTarget("h", 3306, None, "s:cret", "chat", ssl="verify_ca")),
+        ("mysql://u@h/chat?ssl=preferred", MySQLTarget("h", 3306, "u", None, "chat",
+                                                        ssl="preferred")),
     ],
 )  # fmt: skip
 def test_urls_and_their_options(url: str, expected: MySQLTarget) -> None:
@@ -162,6 +168,8 @@ def test_urls_and_their_options(url: str, expected: MySQLTarget) -> None:
         "mysql://u@h/chat?deadlock_retries=101",
         "mysql://u@h/chat?charset=latin1",
         "mysql://u@h/chat?ssl=true&ssl=false",
+        "mysql://u@h:99999/chat",
+        "mysql://u@h:port/chat",
         "postgresql://u@h/chat",
     ],
 )

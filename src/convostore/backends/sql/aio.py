@@ -218,14 +218,15 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
             raise driver.translate(error, self._where) from error
         failed = True
         try:
-            yield connection
-            failed = False
-        except driver.exceptions as error:
+            try:
+                yield connection
+                failed = False
+            finally:
+                await self._release(connection, failed=failed)
+        except driver.exceptions as error:  # The block's, or giving the connection back.
             if driver.lost(error):
                 await self._connection_lost()
             raise driver.translate(error, self._where) from error
-        finally:
-            await self._release(connection, failed=failed)
 
     async def _run(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """``fn(connection, *args, **kwargs)`` on a connection of the pool."""
