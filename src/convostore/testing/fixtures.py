@@ -82,11 +82,14 @@ class Divergence:
     """A known failure of one backend: ``test`` is ``"test_module.py::test_name"`` (every
     parametrisation of it), ``reason`` why it fails. The test is marked strict-xfail on
     that backend, so the fix has to delete the entry; an entry that names no test is an
-    error."""
+    error. ``raises``: the exception (or exceptions) the known failure raises; the test
+    failing in any other way then fails the run, so a second breakage (a broken
+    migration, a typo) is never taken for the known one. None accepts any failure."""
 
     backend: str
     test: str
     reason: str
+    raises: type[BaseException] | tuple[type[BaseException], ...] | None = None
 
 
 def in_ci() -> bool:
@@ -252,7 +255,10 @@ def mark_divergences(items: Sequence[pytest.Item], divergences: Sequence[Diverge
         divergence = wanted.get(key)
         if divergence is not None:
             used.add(key)
-            item.add_marker(pytest.mark.xfail(strict=True, reason=divergence.reason))
+            mark = pytest.mark.xfail(
+                strict=True, reason=divergence.reason, raises=divergence.raises
+            )
+            item.add_marker(mark)
     stale = sorted(set(wanted) - used)
     if stale and len(items) > 0 and _whole_suite(items):
         raise pytest.UsageError(f"divergences that name no test: {stale}")
