@@ -29,6 +29,8 @@ from convostore import (
     MessageWrite,
     Role,
     SchemaVersionError,
+    SessionNotFoundError,
+    StaleObjectError,
     Store,
     User,
 )
@@ -504,6 +506,59 @@ async def test_rollback_and_return_writes_nothing(stores: Stores) -> None:
     async with pool(store).acquire() as connection:
         assert await in_transaction(DRIVER, connection, 0, retitle_then_give_up) == "given up"
     assert (await store.get_session(session.id)) == session
+
+
+async def connection_id(store: Store) -> int:
+    """The server's id of the connection the store's one-connection pool holds."""
+    async with pool(store).acquire() as connection:
+        return int((await fetch_one(connection, "SELECT CONNECTION_ID()"))[0])
+
+
+async def test_a_refusal_keeps_its_connection_and_a_cancellation_drops_it(
+    server: TestServer, stores: Stores
+) -> None:
+    """convostore's own refusals roll back and give the connection back for reuse; an
+    operation cancelled mid-statement leaves its connection in doubt, so it is closed."""
+    store = await stores.open(url_options={"pool_min_size": 1, "pool_max_size": 1})
+    session = await store.create_session(ADA)
+    first = await connection_id(store)
+    await store.set_title(session.id, "newer")
+    with pytest.raises(StaleObjectError):
+        await store.update_session(session)
+    with pytest.raises(SessionNotFoundError):
+        await store.add_message("no-such-session", say("lost"))
+    assert await connection_id(store) == first
+
+    # Another connection holds the session's row lock: the append waits on it.
+    target = parse_mysql_url(stores.url())
+    holder = await asyncmy.connect(
+        host=target.host, port=target.port, user=target.user,
+        password=target.password or "", database=target.database,
+    )  # fmt: skip
+    try:
+        await holder.begin()
+        locked = "SELECT id FROM sessions WHERE id = %s FOR UPDATE"
+        await fetch_one(holder, locked, (session.id,))
+        append = asyncio.create_task(store.add_message(session.id, say("waits")))
+        waiting = "SELECT 1 FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = %s"
+        waiting += " AND trx_state = 'LOCK WAIT'"
+        for _ in range(1000):  # Polled: the server says when the append waits.
+            if await admin(server, waiting, (first,)):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the append never waited for the row lock")
+        append.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await append
+        await holder.rollback()
+    finally:
+        holder.close()
+    # Closed by convostore (a cancellation leaves any connection in doubt) and by
+    # asyncmy's pool as well (it never reuses one given back inside a transaction).
+    assert await connection_id(store) != first
+    assert [e.content for e in await store.messages(session.id)] == []
+    await store.add_message(session.id, say("lands"))
 
 
 # ------------------------------------------------------------------ races

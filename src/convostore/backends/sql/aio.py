@@ -200,7 +200,8 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
     @abc.abstractmethod
     async def _release(self, connection: C, *, failed: bool) -> None:
         """Give ``connection`` back to the pool. ``failed``: the block using it raised
-        or was cancelled, so its state is unknown."""
+        something other than a `StoreError` (a driver's error) or was cancelled, so its
+        state is unknown."""
 
     async def _connection_lost(self) -> None:
         """One connection was lost (`Driver.lost`): the server may have restarted, so
@@ -221,6 +222,12 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
             try:
                 yield connection
                 failed = False
+            except StoreError:
+                # convostore's own refusal (a stale stamp, an unknown session), raised
+                # between statements, its transaction rolled back: the connection is fine.
+                # Only the driver's errors and a cancellation leave it in doubt.
+                failed = False
+                raise
             finally:
                 await self._release(connection, failed=failed)
         except driver.exceptions as error:  # The block's, or giving the connection back.
