@@ -4,6 +4,9 @@ several processes share a database, spread over several store objects."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -315,3 +318,40 @@ async def test_appends_of_many_conversations_at_once_keep_every_count(
             assert (answer.session_id, answer.seq) == (session.id, 1)
     for index in range(0, 20, 5):
         assert await stores[0].get_user(f"writer-{index}") is not None
+
+
+async def test_appends_cancelled_at_any_point_land_whole_or_not_at_all(store: Store) -> None:
+    """A caller's timeout may cancel an append anywhere in its work: before it starts,
+    waiting for a connection, between its statements, while it commits. Each lands whole
+    or not at all, the log stays gap-free with its version and counts agreeing, and the
+    store goes on working."""
+    session = await new_session(store)
+    took = []
+    for timed in range(3):
+        started = time.perf_counter()
+        batch = [say(f"timed{timed}.{part}") for part in range(3)]
+        assert await store.append_events(session.id, batch, await store.version(session.id))
+        took.append(time.perf_counter() - started)
+    # The moments of cancelling are spread over one append's time.
+    quickest = min(took)
+    loop = asyncio.get_running_loop()
+    rounds = 40
+    for point in range(rounds):
+        batch = [say(f"{point}.{part}") for part in range(3)]
+        version = await store.version(session.id)
+        task = asyncio.create_task(store.append_events(session.id, batch, version))
+        loop.call_later(quickest * point / rounds, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    after = await store.add_message(session.id, say("after"))
+    log = await store.read(session.id)
+    assert log[-1].id == after.id
+    assert [e.seq for e in log] == list(range(1, len(log) + 1))
+    appends = [content.split(".")[0] for content in contents(log[:-1])]
+    assert set(Counter(appends).values()) == {3}  # whole batches only
+    # Each batch is one run of the log, never interleaved with another.
+    assert appends == [name for name in dict.fromkeys(appends) for _ in range(3)]
+    assert await store.version(session.id) == len(appends) // 3 + 1
+    [summary] = (await store.list_summaries(ALICE)).items
+    assert summary.message_count == len(log)
+    assert (await store.add_message(session.id, say("and on"))).seq == len(log) + 1
