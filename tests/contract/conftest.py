@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from convostore.errors import InvalidArgumentError, StoreError
-from convostore.testing.differential import SearchDiverged
 from convostore.testing.fixtures import (
     INDEXED_KEYS,
     BackendUnderTest,
@@ -183,29 +182,7 @@ DIVERGENCES += [
 ]
 
 # Found by the differential test on a populated database (test_differential.py).
-_FALKORDB_REEMBED = (
-    "FalkorDB's vector search misses messages after a reembed to a new model on a "
-    "populated database: those reembedded and those appended after it (issue 22)"
-)
 DIVERGENCES += [
-    Divergence(
-        "falkordb",
-        "test_differential.py::test_the_backend_answers_as_the_reference_does",
-        _FALKORDB_REEMBED,
-        SearchDiverged,
-    ),
-    Divergence(
-        "falkordb",
-        "test_differential.py::test_scoped_vector_search_finds_the_owners_messages_after_a_reembed",
-        _FALKORDB_REEMBED,
-        SearchDiverged,
-    ),
-    Divergence(
-        "falkordb",
-        "test_differential.py::test_messages_appended_after_a_reembed_are_found_by_vector_search",
-        _FALKORDB_REEMBED,
-        SearchDiverged,
-    ),
     Divergence(
         "mariadb11",
         "test_differential.py::test_concurrent_appends_of_messages_with_vectors_all_land",

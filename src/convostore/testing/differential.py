@@ -44,6 +44,7 @@ import convostore.compaction
 import convostore.prepare
 import convostore.store.sessions
 from convostore import (
+    Appended,
     Asset,
     Attachment,
     DataAttachment,
@@ -103,7 +104,8 @@ class SessionsDiverged(Diverged):
 
 
 class LogDiverged(Diverged):
-    """Appends, batches, versions, reads, narration."""
+    """Appends (`Store.append` saying whether it wrote), batches, versions, reads,
+    narration."""
 
 
 class ListingDiverged(Diverged):
@@ -257,6 +259,8 @@ def normalized(value: Any) -> Any:
         return replace(value, stamp="")
     if isinstance(value, SessionSummary):
         return replace(value, session=normalized(value.session))
+    if isinstance(value, Appended):
+        return replace(value, event=normalized(value.event))
     if isinstance(value, Page):
         return (normalized(value.items), value.next_cursor is not None)
     if isinstance(value, list | tuple):
@@ -276,6 +280,8 @@ def _stamps(value: Any, found: dict[str, str]) -> dict[str, str]:
         _stamps(value.session, found)
     elif isinstance(value, SearchHit):
         _stamps(value.message, found)
+    elif isinstance(value, Appended):
+        _stamps(value.event, found)
     elif isinstance(value, Page):
         _stamps(value.items, found)
     elif isinstance(value, list | tuple):
@@ -651,11 +657,13 @@ class Lockstep(RuleBasedStateMachine):
     def append(self, data: st.DataObject) -> None:
         session_id = self.draw_session(data)
         write = self.draw_write(data)
-        method = data.draw(st.sampled_from(["append_event", "add_message"]), label="method")
+        method = data.draw(
+            st.sampled_from(["append_event", "add_message", "append"]), label="method"
+        )
         if method == "add_message" and not isinstance(write, MessageWrite):
             method = "append_event"
         _, reference = self.both(LogDiverged, method, calling(method, session_id, write))
-        self.learn_events(reference)
+        self.learn_events(reference.event if isinstance(reference, Appended) else reference)
 
     @rule(data=st.data())
     def append_turn(self, data: st.DataObject) -> None:
