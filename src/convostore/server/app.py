@@ -23,13 +23,13 @@ from convostore.errors import (
     StoreClosedError,
     StoreError,
 )
-from convostore.keys import KeyRing
+from convostore.keys import ApiKey, KeyRing
 from convostore.server import routes_log, routes_sessions, routes_stream
-from convostore.server.context import Context
+from convostore.server.context import KEY_SCOPE, Context
 from convostore.server.openapi import install_openapi
 from convostore.store import Store
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "Gate", "create_app"]
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 PROBLEM = "application/problem+json"
@@ -85,58 +85,108 @@ def status_of(error: StoreError) -> int:
     return 500
 
 
-class BodyLimit:
-    """Refuses a request body longer than ``limit`` bytes with 413 before any handler
-    runs: by its announced length, or (a streamed body) by reading at most ``limit``
-    bytes of it first."""
+class BodyTooLarge(HTTPException):
+    """Raised by the gate's ``receive`` once a body passes the limit: the handler has
+    seen no byte beyond it."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"the request body is over the limit of {limit} bytes")
+
+
+class Gate:
+    """What every HTTP request passes before any route or body parser runs.
+
+    Under ``/v1`` the key is checked first, from the head alone: a request without a
+    valid key is 401 and not one byte of its body is read. Then the framing: both
+    ``Content-Length`` and ``Transfer-Encoding``, or a malformed or repeated length, is
+    400; an announced length over ``limit`` is 413. The body is then counted as it is
+    received, whatever the headers said: the app is handed at most ``limit`` bytes, and
+    the request that sends more is answered 413.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int, keys: KeyRing) -> None:
         self.app = app
         self.limit = limit
+        self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
-        length = headers.get(b"content-length")
-        if length is not None:
-            if not length.isdigit() or int(length) > self.limit:
-                await self._refuse(scope, receive, send)
+        if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
+            try:
+                key = await self._key(scope)
+            except StoreError as error:
+                await problem(status_of(error), str(error))(scope, receive, send)
                 return
-            await self.app(scope, receive, send)
+            if key is None:
+                unauthorized = problem(
+                    401, "a valid API key is needed", headers={"WWW-Authenticate": "Bearer"}
+                )
+                await unauthorized(scope, receive, send)
+                return
+            scope[KEY_SCOPE] = key
+        refusal = self._framing(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
             return
-        if b"transfer-encoding" not in headers:
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
+        received = 0
+        over = False
+
+        async def counted() -> Message:
+            nonlocal received, over
+            if over:
+                raise BodyTooLarge(self.limit)
             message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    over = True
+                    raise BodyTooLarge(self.limit)
+            return message
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        started = False
 
-        await self.app(scope, replay, send)
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = problem(413, f"the request body is over the limit of {self.limit} bytes")
-        await response(scope, receive, send)
+        try:
+            await self.app(scope, counted, watched)
+        except BodyTooLarge as error:
+            if started:
+                raise
+            await problem(413, str(error.detail))(scope, receive, send)
+
+    async def _key(self, scope: Scope) -> ApiKey | None:
+        values = [v for k, v in scope["headers"] if k == b"authorization"]
+        if len(values) != 1:
+            return None
+        try:
+            header = values[0].decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return await self.keys.authenticate(token.strip())
+
+    def _framing(self, scope: Scope) -> Response | None:
+        lengths = [v for k, v in scope["headers"] if k == b"content-length"]
+        encodings = [v for k, v in scope["headers"] if k == b"transfer-encoding"]
+        if lengths and encodings:
+            return problem(400, "a request may not carry both Content-Length and Transfer-Encoding")
+        if len(lengths) > 1 or (lengths and not _is_length(lengths[0])):
+            return problem(400, "a malformed Content-Length")
+        if lengths and int(lengths[0]) > self.limit:
+            return problem(413, f"the request body is over the limit of {self.limit} bytes")
+        return None
+
+
+def _is_length(value: bytes) -> bool:
+    return 0 < len(value) <= 19 and value.isdigit() and value.isascii()
 
 
 def create_app(
@@ -172,7 +222,7 @@ def create_app(
         summarize=summarize,
         poll_interval=poll_interval,
     )
-    app.add_middleware(BodyLimit, limit=max_body_bytes)
+    app.add_middleware(Gate, limit=max_body_bytes, keys=app.state.convostore.keys)
     _add_error_handlers(app)
     install_openapi(app)
     app.include_router(routes_sessions.router)

@@ -16,7 +16,9 @@ from convostore.keys import ApiKey, KeyRing, is_reserved_session
 from convostore.model import Session
 from convostore.store import Store
 
-__all__ = ["Context", "Key", "Wakeups", "context", "current_key"]
+__all__ = ["KEY_SCOPE", "Context", "Key", "Wakeups", "context", "current_key"]
+
+KEY_SCOPE = "convostore.key"
 
 
 class Wakeups:
@@ -101,13 +103,10 @@ def context(request: Request) -> Context:
 
 
 async def current_key(request: Request) -> ApiKey:
-    """The request's key, from ``Authorization: Bearer <key>``; 401 otherwise."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    key = None
-    if scheme.lower() == "bearer" and token.strip():
-        key = await context(request).keys.authenticate(token.strip())
-    if key is None:
+    """The request's key, checked by the gate (`convostore.server.app.Gate`) from the
+    request's head before any of its body was read."""
+    key = request.scope.get(KEY_SCOPE)
+    if not isinstance(key, ApiKey):
         raise HTTPException(
             401, "a valid API key is needed", headers={"WWW-Authenticate": "Bearer"}
         )
