@@ -146,6 +146,12 @@ class KeyRing:
             return None
         return record if hmac.compare_digest(digest, _digest(key)) else None
 
+    async def is_live(self, key_id: str) -> bool:
+        """Whether the key of this id is still live (one round trip when no key changed)."""
+        await self.refresh()
+        record = self._keys.get(key_id)
+        return record is not None and record.revoked_at is None
+
     async def refresh(self) -> None:
         """Read the key events appended since the last look (one round trip when none)."""
         async with self._lock:

@@ -32,6 +32,11 @@ class Wakeups:
         for event in self._waiting.get(session_id, ()):
             event.set()
 
+    def notify_all(self) -> None:
+        for waiting in self._waiting.values():
+            for event in waiting:
+                event.set()
+
     async def wait(self, session_id: str, seconds: float) -> None:
         """Until this server writes to the session, or ``seconds`` pass."""
         event = asyncio.Event()

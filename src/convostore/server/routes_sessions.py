@@ -178,7 +178,9 @@ async def delete_expired(key: Key, ctx: Ctx, before: datetime | None = None) -> 
     """Delete every owner's sessions that expired before ``before`` (default: now).
     Admin keys only."""
     ctx.require_admin(key)
-    return {"deleted": await ctx.store.delete_expired(before)}
+    deleted = await ctx.store.delete_expired(before)
+    ctx.wakeups.notify_all()
+    return {"deleted": deleted}
 
 
 @router.get(
@@ -244,7 +246,8 @@ async def delete_session(session_id: str, key: Key, ctx: Ctx) -> Response:
     """Delete the session, its parts and their logs."""
     await ctx.session(key, session_id)
     await ctx.store.delete_session(session_id)
-    ctx.changed(session_id)
+    # Its parts went with it: every stream looks whether its session is still there.
+    ctx.wakeups.notify_all()
     return Response(status_code=204)
 
 

@@ -4,8 +4,13 @@ Each event appended is sent as ``event: message`` (a MESSAGE) or ``event: event`
 with its ``seq`` as the SSE id, so a client that reconnects with ``Last-Event-ID``
 resumes right after the last event it saw. ``event: session`` carries the session
 when its title, metadata or expiry change; ``event: deleted`` ends the stream when the
-session is deleted. Writes through this server wake the stream at once; writes by
-other processes are found every ``poll_interval`` seconds.
+session is deleted, however it was (directly, as a part, by expiry, by another
+process), and ``event: revoked`` when the stream's key is revoked. Writes through this
+server wake the stream at once; writes by other processes, deletions and revocations
+are found every ``poll_interval`` seconds.
+
+A stream follows the session it opened, not its id: a session created later under the
+same id is another one, and the stream ends with ``deleted`` before any of its events.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
 from convostore.filters import EventFilter
+from convostore.keys import ApiKey
 from convostore.model import MESSAGE, Session
 from convostore.records import event_to_json, session_to_json
 from convostore.server.context import Context, Ctx, Key
@@ -39,22 +45,32 @@ def _lifecycle(session: Session) -> tuple[Any, ...]:
     return (session.title, dict(session.metadata), session.expires_at)
 
 
-async def _stream(ctx: Context, session: Session, after: int) -> AsyncIterator[str]:
+def _identity(session: Session) -> tuple[Any, ...]:
+    # What never changes in a session's life; a session recreated under its id differs.
+    return (session.owner_id, session.created_at, session.kind, session.part_of)
+
+
+async def _stream(ctx: Context, key: ApiKey, session: Session, after: int) -> AsyncIterator[str]:
     yield f"retry: {int(ctx.poll_interval * 1000)}\n\n"
-    seen = _lifecycle(session)
+    identity, seen = _identity(session), _lifecycle(session)
     quiet = 0.0
     while True:
+        if not await ctx.keys.is_live(key.id):
+            yield _frame("revoked", {"id": session.id})
+            return
         events = await ctx.store.read(session.id, EventFilter(after_seq=after, limit=PAGE))
+        # Read after the events: the session that holds them now held them when they were
+        # read, for a session once deleted never comes back.
+        current = await ctx.store.get_session(session.id)
+        if current is None or _identity(current) != identity or not key.can_see(current.owner_id):
+            yield _frame("deleted", {"id": session.id})
+            return
         for event in events:
             kind = "message" if event.type == MESSAGE else "event"
             yield _frame(kind, event_to_json(event, vectors=False), event.seq)
             after = event.seq
         if len(events) == PAGE:
             continue
-        current = await ctx.store.get_session(session.id)
-        if current is None:
-            yield _frame("deleted", {"id": session.id})
-            return
         if _lifecycle(current) != seen:
             seen = _lifecycle(current)
             yield _frame("session", session_to_json(current))
@@ -73,7 +89,7 @@ async def _stream(ctx: Context, session: Session, after: int) -> AsyncIterator[s
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "Server-Sent Events: message, event, session, deleted",
+            "description": "Server-Sent Events: message, event, session, deleted, revoked",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         **problems(404),
@@ -95,7 +111,7 @@ async def stream(
     if after is None:
         after = await _last_seq(ctx, session_id)
     return StreamingResponse(
-        _stream(ctx, session, after),
+        _stream(ctx, key, session, after),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
