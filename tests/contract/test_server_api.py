@@ -124,9 +124,11 @@ async def test_another_owners_session_is_404_exactly_as_a_missing_one(api: Api) 
     searched = await api.grace.post("/v1/search", json={"query": "hi", "session_id": sid})
     _problem(searched, 404)
     _problem(await api.grace.get("/v1/sessions", params={"owner_id": "ada"}), 403)
-    assert (await api.admin.get(f"/v1/sessions/{sid}")).status_code == 200
+    # Admin keys see the store's own ids: an id Ada chose lives in her namespace.
+    stored = "ada~shared-id-1"
+    assert (await api.admin.get(f"/v1/sessions/{stored}")).status_code == 200
     listed = await api.admin.get("/v1/sessions", params={"owner_id": "ada"})
-    assert [s["session"]["id"] for s in listed.json()["items"]] == [sid]
+    assert [s["session"]["id"] for s in listed.json()["items"]] == [stored]
     assert (await api.ada.get(f"/v1/sessions/{sid}/events")).json()["version"] == 1
     # The keys live in a reserved session that no key reaches.
     _problem(await api.admin.get(f"/v1/sessions/{KEYS_SESSION_ID}"), 404)
@@ -330,9 +332,10 @@ async def test_parts_lookup_expiry_users_and_narration(api: Api) -> None:
     assert (await api.ada.get("/v1/users/ada")).json()["display_name"] == user.json()[
         "display_name"
     ]
-    _problem(await api.ada.get("/v1/users/bot"), 404)
-    assert (await api.admin.get("/v1/users/bot")).status_code == 200
-    _problem(await api.ada.put("/v1/users/grace", json={"display_name": "G"}), 403)
+    assert (await api.ada.get("/v1/users/bot")).json()["display_name"] == "Bot"
+    _problem(await api.grace.get("/v1/users/bot"), 404)
+    assert (await api.admin.get("/v1/users/ada~bot")).json()["id"] == "ada~bot"
+    _problem(await api.admin.get("/v1/users/bot"), 404)
     _problem(await api.ada.post("/v1/sessions-expired/delete"), 403)
     deleted = await api.admin.post("/v1/sessions-expired/delete")
     assert deleted.json() == {"deleted": 1}

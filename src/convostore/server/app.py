@@ -26,6 +26,7 @@ from convostore.errors import (
 from convostore.keys import ApiKey, KeyRing
 from convostore.server import routes_log, routes_sessions, routes_stream
 from convostore.server.context import KEY_SCOPE, Context
+from convostore.server.names import Names
 from convostore.server.openapi import install_openapi
 from convostore.store import Store
 
@@ -251,7 +252,13 @@ def _add_error_handlers(app: FastAPI) -> None:
         status = status_of(error)
         if status == 500:
             log.exception("unexpected store error", exc_info=error)
-        return problem(status, str(error) if status != 500 else "internal error")
+            return problem(status, "internal error")
+        detail = str(error)
+        key = request.scope.get(KEY_SCOPE)
+        if isinstance(key, ApiKey):
+            # The store names ids as it holds them: say them in the key's names.
+            detail = Names.of(key).text_out(detail)
+        return problem(status, detail)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> Response:

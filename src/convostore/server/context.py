@@ -14,6 +14,7 @@ from convostore.compaction import Summarize
 from convostore.errors import SessionNotFoundError
 from convostore.keys import ApiKey, KeyRing, is_reserved_session
 from convostore.model import Session
+from convostore.server.names import Names
 from convostore.store import Store
 
 __all__ = ["KEY_SCOPE", "Context", "Key", "Wakeups", "context", "current_key"]
@@ -75,13 +76,17 @@ class Context:
     jobs: dict[str, Job] = field(default_factory=dict)
 
     async def session(self, key: ApiKey, session_id: str) -> Session:
-        """The session, if this key may see it; otherwise 404, as for a missing one."""
-        found = None
-        if not is_reserved_session(session_id):
-            found = await self.store.get_session(session_id)
-        if found is None or not key.can_see(found.owner_id):
-            raise SessionNotFoundError(f"no session {session_id!r}")
-        return found
+        """The session the key names ``session_id`` (in its owner's names, see
+        `convostore.server.names`), if the key may see it; otherwise 404, as for a
+        missing one."""
+        names = Names.of(key)
+        for candidate in dict.fromkeys((names.id_in(session_id), session_id)):
+            if is_reserved_session(candidate):
+                continue
+            found = await self.store.get_session(candidate)
+            if found is not None and key.can_see(found.owner_id):
+                return found
+        raise SessionNotFoundError(f"no session {session_id!r}")
 
     def owner_scope(self, key: ApiKey, owner_id: str | None) -> str:
         """The owner a listing or search keeps to: the key's own, or (admin keys only)

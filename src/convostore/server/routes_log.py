@@ -27,6 +27,7 @@ from convostore.ids import new_id
 from convostore.model import Event, EventWrite, MessageWrite
 from convostore.records import event_to_json, write_from_json
 from convostore.server.context import Context, Ctx, Job, Key
+from convostore.server.names import Names
 from convostore.server.openapi import problems
 from convostore.server.schemas import (
     BatchIn,
@@ -46,18 +47,18 @@ from convostore.server.schemas import (
 
 router = APIRouter(prefix="/v1")
 
-Names = Annotated[list[str] | None, Query()]
+NameList = Annotated[list[str] | None, Query()]
 
 
-def to_write(body: EventIn) -> MessageWrite | EventWrite:
+def to_write(body: EventIn, names: Names) -> MessageWrite | EventWrite:
     record = body.model_dump(exclude_unset=True, by_alias=True)
     if body.role is not None and "content" not in record:
         raise HTTPException(422, "a message needs content")
-    return write_from_json(record)
+    return write_from_json(names.write_in(record))
 
 
-def event_json(event: Event) -> dict[str, Any]:
-    return event_to_json(event)
+def event_json(event: Event, names: Names, *, vectors: bool = True) -> dict[str, Any]:
+    return names.event(event_to_json(event, vectors=vectors))
 
 
 @router.post(
@@ -72,19 +73,20 @@ async def append_event(
 ) -> dict[str, Any]:
     """Append a message or an event. Idempotent by ``id``: a retried append answers 200
     with the stored event and writes nothing; an id of another session's log is 409."""
-    await ctx.session(key, session_id)
-    write = to_write(body)
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    write = to_write(body, names)
     if write.id is None:
-        event = await ctx.store.append_event(session_id, write)
+        event = await ctx.store.append_event(session.id, write)
     else:
         # Only a write with an id can be a retry: the version tells whether it added.
-        before = await ctx.store.version(session_id)
-        event = await ctx.store.append_event(session_id, write)
-        if await ctx.store.version(session_id) == before:
+        before = await ctx.store.version(session.id)
+        event = await ctx.store.append_event(session.id, write)
+        if await ctx.store.version(session.id) == before:
             response.status_code = 200
-            return event_json(event)
-    ctx.changed(session_id)
-    return event_json(event)
+            return event_json(event, names)
+    ctx.changed(session.id)
+    return event_json(event, names)
 
 
 @router.post(
@@ -96,14 +98,15 @@ async def append_event(
 async def append_batch(session_id: str, body: BatchIn, key: Key, ctx: Ctx) -> dict[str, int]:
     """Append all the events or none, only if the log's version is
     ``expected_version``: 409 (nothing written) otherwise."""
-    await ctx.session(key, session_id)
-    writes = [to_write(item) for item in body.events]
-    if not await ctx.store.append_events(session_id, writes, body.expected_version):
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    writes = [to_write(item, names) for item in body.events]
+    if not await ctx.store.append_events(session.id, writes, body.expected_version):
         raise ConflictError(
             f"the log's version is no longer {body.expected_version}; nothing was written"
         )
-    ctx.changed(session_id)
-    return {"version": await ctx.store.version(session_id)}
+    ctx.changed(session.id)
+    return {"version": await ctx.store.version(session.id)}
 
 
 @router.get(
@@ -117,8 +120,8 @@ async def read_events(
     key: Key,
     ctx: Ctx,
     active_view: bool = False,
-    types: Names = None,
-    roles: Names = None,
+    types: NameList = None,
+    roles: NameList = None,
     exclude_synthetic: bool = False,
     branch: str | None = None,
     since: datetime | None = None,
@@ -132,10 +135,10 @@ async def read_events(
     """The events that pass every filter given, oldest first (see `EventFilter`:
     ``last`` widens back to a turn start; ``after_seq`` + ``limit`` page forward).
     Vectors are left out unless ``vectors=true``."""
-    await ctx.session(key, session_id)
-    version = await ctx.store.version(session_id)
+    session = await ctx.session(key, session_id)
+    version = await ctx.store.version(session.id)
     events = await ctx.store.read(
-        session_id,
+        session.id,
         EventFilter(
             active_view=active_view,
             types=types,
@@ -150,7 +153,8 @@ async def read_events(
             last=last,
         ),
     )
-    return {"items": [event_to_json(e, vectors=vectors) for e in events], "version": version}
+    names = Names.of(key)
+    return {"items": [event_json(e, names, vectors=vectors) for e in events], "version": version}
 
 
 @router.get(
@@ -158,8 +162,8 @@ async def read_events(
 )
 async def version(session_id: str, key: Key, ctx: Ctx) -> dict[str, int]:
     """The log's version: +1 for every append that added an event and every batch."""
-    await ctx.session(key, session_id)
-    return {"version": await ctx.store.version(session_id)}
+    session = await ctx.session(key, session_id)
+    return {"version": await ctx.store.version(session.id)}
 
 
 @router.put(
@@ -172,10 +176,14 @@ async def set_narration(
     session_id: str, message_id: str, body: NarrationBody, key: Key, ctx: Ctx
 ) -> Response:
     """Set or clear a message's narration; 404 for a message not in that session."""
-    await ctx.session(key, session_id)
-    if not await ctx.store.set_narration(session_id, message_id, body.narration):
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    for candidate in dict.fromkeys((names.id_in(message_id), message_id)):
+        if await ctx.store.set_narration(session.id, candidate, body.narration):
+            break
+    else:
         raise HTTPException(404, f"no message {message_id!r} in that session")
-    ctx.changed(session_id)
+    ctx.changed(session.id)
     return Response(status_code=204)
 
 
@@ -185,20 +193,22 @@ async def search(body: SearchIn, key: Key, ctx: Ctx) -> dict[str, Any]:
     or ``hybrid``; within the key's owner (admin keys: ``owner_id``, or everyone)."""
     owner: str | None
     owner = None if key.admin and body.owner_id is None else ctx.owner_scope(key, body.owner_id)
+    session_id = None
     if body.session_id is not None:
-        await ctx.session(key, body.session_id)
+        session_id = (await ctx.session(key, body.session_id)).id
     hits = await ctx.store.search(
         body.query,
         vector=body.vector,
         mode=body.mode,
         owner_id=owner,
-        session_id=body.session_id,
+        session_id=session_id,
         k=body.k,
         roles=body.roles,
     )
+    names = Names.of(key)
     return {
         "items": [
-            {"message": event_to_json(h.message, vectors=False), "score": h.score} for h in hits
+            {"message": event_json(h.message, names, vectors=False), "score": h.score} for h in hits
         ]
     }
 
@@ -238,7 +248,7 @@ async def compact(session_id: str, body: CompactIn, key: Key, ctx: Ctx) -> dict[
     summarized by ``summary`` (or the server's summarizer) in one version-checked
     batch. ``compacted`` is false, and nothing written, when the trigger does not fire,
     nothing leaves the view, or another writer moved the log first."""
-    await ctx.session(key, session_id)
+    session = await ctx.session(key, session_id)
     strategy, trigger = _strategy(body.strategy), _trigger(body.trigger)
     summary = body.summary
     summarize: Summarize
@@ -252,16 +262,17 @@ async def compact(session_id: str, body: CompactIn, key: Key, ctx: Ctx) -> dict[
         summarize = ctx.summarize
     else:
         raise HTTPException(422, "give a summary: this server has no summarizer")
-    result = await ctx.store.compact(session_id, strategy, summarize, trigger)
+    result = await ctx.store.compact(session.id, strategy, summarize, trigger)
     if result is None:
-        return {"compacted": False, "version": await ctx.store.version(session_id)}
-    ctx.changed(session_id)
+        return {"compacted": False, "version": await ctx.store.version(session.id)}
+    ctx.changed(session.id)
+    names = Names.of(key)
     return {
         "compacted": True,
-        "boundary_id": result.boundary_id,
-        "summary_ids": list(result.summary_ids),
-        "kept_event_ids": list(result.kept_event_ids),
-        "compacted_event_ids": list(result.compacted_event_ids),
+        "boundary_id": names.id_out(result.boundary_id),
+        "summary_ids": names.ids_out(result.summary_ids),
+        "kept_event_ids": names.ids_out(result.kept_event_ids),
+        "compacted_event_ids": names.ids_out(result.compacted_event_ids),
         "version": result.version,
     }
 

@@ -27,6 +27,7 @@ from convostore.keys import ApiKey
 from convostore.model import MESSAGE, Session
 from convostore.records import event_to_json, session_to_json
 from convostore.server.context import Context, Ctx, Key
+from convostore.server.names import Names
 from convostore.server.openapi import problems
 
 router = APIRouter(prefix="/v1")
@@ -52,28 +53,30 @@ def _identity(session: Session) -> tuple[Any, ...]:
 
 async def _stream(ctx: Context, key: ApiKey, session: Session, after: int) -> AsyncIterator[str]:
     yield f"retry: {int(ctx.poll_interval * 1000)}\n\n"
+    names = Names.of(key)
+    shown = names.id_out(session.id)
     identity, seen = _identity(session), _lifecycle(session)
     quiet = 0.0
     while True:
         if not await ctx.keys.is_live(key.id):
-            yield _frame("revoked", {"id": session.id})
+            yield _frame("revoked", {"id": shown})
             return
         events = await ctx.store.read(session.id, EventFilter(after_seq=after, limit=PAGE))
         # Read after the events: the session that holds them now held them when they were
         # read, for a session once deleted never comes back.
         current = await ctx.store.get_session(session.id)
         if current is None or _identity(current) != identity or not key.can_see(current.owner_id):
-            yield _frame("deleted", {"id": session.id})
+            yield _frame("deleted", {"id": shown})
             return
         for event in events:
             kind = "message" if event.type == MESSAGE else "event"
-            yield _frame(kind, event_to_json(event, vectors=False), event.seq)
+            yield _frame(kind, names.event(event_to_json(event, vectors=False)), event.seq)
             after = event.seq
         if len(events) == PAGE:
             continue
         if _lifecycle(current) != seen:
             seen = _lifecycle(current)
-            yield _frame("session", session_to_json(current))
+            yield _frame("session", names.session(session_to_json(current)))
         if events:
             quiet = 0.0
         elif quiet >= KEEPALIVE_SECONDS:
@@ -109,7 +112,7 @@ async def stream(
     if last_event_id is not None and last_event_id.strip().isdigit():
         after = int(last_event_id.strip())
     if after is None:
-        after = await _last_seq(ctx, session_id)
+        after = await _last_seq(ctx, session.id)
     return StreamingResponse(
         _stream(ctx, key, session, after),
         media_type="text/event-stream",
