@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+import convostore
 from convostore.embedding import HashingEmbedder
 from convostore.keys import KEYS_SESSION_ID
+from tests.servers import falkordb as falkordb_servers
+from tests.servers import postgresql as postgresql_servers
+from tests.servers.shared import ServerProcess, ServerUnavailable
 
-from .conftest import INDEXED_KEYS, StoreFactory
+from .conftest import INDEXED_KEYS, StoreFactory, backend_missing
 from .server_helpers import PROBLEM, Api, serving, user_message
 
 
@@ -364,7 +373,56 @@ async def test_reembed_runs_as_a_job_with_progress(api: Api) -> None:
     _problem(await api.admin.get("/v1/jobs/unknown"), 404)
 
 
-async def test_an_unavailable_backend_is_503(api: Api) -> None:
-    sid = (await _session(api.ada))["id"]
-    await api.store.close()
-    _problem(await api.ada.get(f"/v1/sessions/{sid}"), 503)
+def _parent_pid(stat: Path) -> int | None:
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1])
+
+
+def _killable(name: str) -> tuple[ServerProcess, Callable[[], str], Callable[[], None]]:
+    """A private server of backend ``name``: the server, its URL, and how to kill it."""
+    if name == "falkordb":
+        falkordb = falkordb_servers.FalkorDBServer()
+        return falkordb, falkordb.url, falkordb.kill
+    postgresql = postgresql_servers.PostgresServer()
+
+    def kill() -> None:
+        # As a crash of the machine: the postmaster and every backend get SIGKILL.
+        pid = int((postgresql.data / "postmaster.pid").read_text().split()[0])
+        children = [
+            int(stat.parent.name)
+            for stat in Path("/proc").glob("[0-9]*/stat")
+            if _parent_pid(stat) == pid
+        ]
+        for process in (pid, *children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process, signal.SIGKILL)
+
+    # A dead server is found when no connection can be had: in pool_timeout seconds.
+    return postgresql, lambda: postgresql.url() + "?pool_timeout=3", kill
+
+
+@pytest.mark.parametrize("name", ["postgresql", "falkordb"])
+async def test_a_backend_whose_server_is_down_is_503(name: str) -> None:
+    server, url, kill = _killable(name)
+    try:
+        server.start()
+    except ServerUnavailable as why:
+        backend_missing(name, str(why))
+    try:
+        store = await convostore.connect(url())
+        async with serving(store) as api:
+            sid = (await _session(api.ada))["id"]
+            assert (await api.ada.get(f"/v1/sessions/{sid}")).status_code == 200
+            kill()
+            started = time.monotonic()
+            for path in (f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/events", "/v1/me"):
+                body = _problem(await api.ada.get(path, timeout=60), 503)
+                assert "internal" not in body["detail"]
+            assert time.monotonic() - started < 30
+        with contextlib.suppress(Exception):
+            await store.close()
+    finally:
+        server.stop()
