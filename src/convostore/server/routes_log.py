@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response
@@ -30,6 +29,7 @@ from convostore.server.context import Context, Ctx, Job, Key
 from convostore.server.names import Names
 from convostore.server.openapi import problems
 from convostore.server.schemas import (
+    INT64_MAX,
     BatchIn,
     CompactIn,
     CompactOut,
@@ -41,6 +41,7 @@ from convostore.server.schemas import (
     NarrationBody,
     SearchIn,
     StrategyIn,
+    Time,
     TriggerIn,
     Version,
 )
@@ -124,10 +125,10 @@ async def read_events(
     roles: NameList = None,
     exclude_synthetic: bool = False,
     branch: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since: Time | None = None,
+    until: Time | None = None,
     text: str | None = None,
-    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
     limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
     last: Annotated[int | None, Query(ge=0, le=10_000)] = None,
     vectors: bool = False,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response
@@ -31,6 +30,7 @@ from convostore.server.schemas import (
     SessionPatch,
     SummaryOut,
     SummaryPage,
+    Time,
     TitleBody,
     UserBody,
     UserIn,
@@ -189,7 +189,7 @@ async def lookup_sessions(name: str, value: str, key: Key, ctx: Ctx) -> list[dic
 @router.post(
     "/sessions-expired/delete", tags=["sessions"], response_model=Deleted, responses=problems(403)
 )
-async def delete_expired(key: Key, ctx: Ctx, before: datetime | None = None) -> dict[str, int]:
+async def delete_expired(key: Key, ctx: Ctx, before: Time | None = None) -> dict[str, int]:
     """Delete every owner's sessions that expired before ``before`` (default: now).
     Admin keys only."""
     ctx.require_admin(key)

@@ -19,7 +19,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
 from convostore.filters import EventFilter
@@ -29,6 +29,7 @@ from convostore.records import event_to_json, session_to_json
 from convostore.server.context import Context, Ctx, Key
 from convostore.server.names import Names
 from convostore.server.openapi import problems
+from convostore.server.schemas import INT64_MAX
 
 router = APIRouter(prefix="/v1")
 
@@ -102,15 +103,15 @@ async def stream(
     session_id: str,
     key: Key,
     ctx: Ctx,
-    after_seq: Annotated[int | None, Query(ge=0)] = None,
+    after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """The session's events from after ``Last-Event-ID`` (or ``after_seq``; neither:
     from now on), then live."""
     session = await ctx.session(key, session_id)
     after = after_seq
-    if last_event_id is not None and last_event_id.strip().isdigit():
-        after = int(last_event_id.strip())
+    if last_event_id is not None:
+        after = _event_id(last_event_id)
     if after is None:
         after = await _last_seq(ctx, session.id)
     return StreamingResponse(
@@ -118,6 +119,14 @@ async def stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+def _event_id(header: str) -> int:
+    """The seq a ``Last-Event-ID`` names: ASCII digits of a 64-bit position, or 422."""
+    value = header.strip()
+    if not (value.isascii() and value.isdigit() and len(value) <= 19) or int(value) > INT64_MAX:
+        raise HTTPException(422, "Last-Event-ID must be the seq of an event")
+    return int(value)
 
 
 async def _last_seq(ctx: Context, session_id: str) -> int:
