@@ -45,6 +45,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     for flag in FLAGS:
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     try:
         yield driver
@@ -167,8 +168,35 @@ def test_the_inspector_pages_follows_live_and_searches(
                 lambda _: "firmware 1.2" in browser.find_element(By.ID, "search-results").text
             )
             assert browser.find_element(By.ID, "error").text == ""
+            assert _policy_violations(browser) == []
             shot = tmp_path / "inspector.png"
             assert browser.save_screenshot(str(shot))
             assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
             # Leave the page, closing its live stream, before the server stops.
             browser.get("about:blank")
+
+
+def _policy_violations(browser: Any) -> list[str]:
+    return [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if "Content Security Policy" in entry["message"] or "Refused to" in entry["message"]
+    ]
+
+
+def test_the_docs_render_from_the_packages_own_files(
+    backend: BackendUnderTest, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with ServerThread(backend()) as server:
+        browser.get(server.base + "/docs")
+        WebDriverWait(browser, 30).until(
+            lambda _: len(browser.find_elements(By.CSS_SELECTOR, ".opblock")) > 20
+        )
+        scripts = browser.execute_script("return [...document.scripts].map(s => s.src)")
+        assert scripts
+        assert all(s.startswith(server.base + "/") for s in scripts)
+        assert _policy_violations(browser) == []
+        browser.get("about:blank")

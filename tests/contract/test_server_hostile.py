@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
@@ -192,3 +193,39 @@ async def test_no_handler_sees_more_than_the_limit(store: Store) -> None:
         await gate(scope, receive, send)
         assert handed == [900]
         assert sent[0]["status"] == 413
+
+
+async def test_every_response_carries_the_security_headers(wire: Wire) -> None:
+    api = wire.api
+    responses = [
+        await api.anonymous.get("/"),
+        await api.anonymous.get("/docs"),
+        await api.anonymous.get("/inspector/app.js"),
+        await api.anonymous.get("/openapi.json"),
+        await api.anonymous.get("/v1/sessions"),
+        await api.ada.get("/v1/sessions"),
+        await api.ada.get("/v1/no-such-path"),
+        await api.ada.post(f"/v1/sessions/{wire.sid}/events", content=b"x" * (LIMIT + 1)),
+    ]
+    assert [r.status_code for r in responses] == [200, 200, 200, 200, 401, 200, 404, 413]
+    for response in responses:
+        policy = response.headers["content-security-policy"]
+        assert "default-src 'self'" in policy
+        assert "frame-ancestors 'none'" in policy
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+    raw = await wire.exchange(_head(wire, None, "Content-Length: 0"))
+    assert raw.status == 401
+    assert raw.headers["x-content-type-options"] == "nosniff"
+
+
+async def test_the_docs_load_no_script_from_elsewhere(wire: Wire) -> None:
+    page = (await wire.api.anonymous.get("/docs")).text
+    sources = re.findall(r'<(?:script|link)[^>]+(?:src|href)="([^"]+)"', page)
+    assert sources
+    assert all(s.startswith("/") and not s.startswith("//") for s in sources)
+    assert "<script>" not in page
+    for source in sources:
+        asset = await wire.api.anonymous.get(source)
+        assert asset.status_code == 200, source
+        assert asset.content.strip()

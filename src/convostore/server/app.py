@@ -33,6 +33,18 @@ from convostore.store import Store
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Gate", "create_app"]
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
+# On every response: nothing runs but this server's own files (the inspector and the
+# docs have no inline script), no page may frame it, no type is guessed, no URL leaks.
+SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+        b"base-uri 'none'; form-action 'self'; object-src 'none'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+]
 PROBLEM = "application/problem+json"
 log = logging.getLogger("convostore.server")
 
@@ -114,6 +126,14 @@ class Gate:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self._gated(scope, receive, send)
+
+    async def _gated(self, scope: Scope, receive: Receive, given: Send) -> None:
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *SECURITY_HEADERS]}
+            await given(message)
+
         if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
             try:
                 key = await self._key(scope)
@@ -214,7 +234,7 @@ def create_app(
         "takes `Authorization: Bearer <key>` (`convostore keys create`); a key reaches "
         "its owner's sessions only, an admin key every owner's. Errors are "
         "`application/problem+json`.",
-        docs_url="/docs",
+        docs_url=None,
         redoc_url=None,
     )
     app.state.convostore = Context(
@@ -243,7 +263,22 @@ def create_app(
             return HTMLResponse(index)
 
         app.mount("/inspector", StaticFiles(directory=str(static)), name="inspector")
+        _add_docs(app, (static / "docs.html").read_text(encoding="utf-8"))
     return app
+
+
+def _add_docs(app: FastAPI, page: str) -> None:
+    """``/docs``: Swagger UI from the package ``swagger-ui-bundle-v2`` (the server
+    extra), served from here: no script from another origin runs on this one."""
+    try:
+        from swagger_ui_bundle import swagger_ui_path
+    except ImportError:
+        return
+    app.mount("/docs/assets", StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(page)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
