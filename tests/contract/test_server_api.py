@@ -426,3 +426,32 @@ async def test_a_backend_whose_server_is_down_is_503(name: str) -> None:
             await store.close()
     finally:
         server.stop()
+
+
+async def test_a_log_is_read_in_pages_of_a_bounded_size(api: Api) -> None:
+    sid = (await _session(api.ada))["id"]
+    url = f"/v1/sessions/{sid}/events"
+    for start in range(0, 450, 150):
+        batch = [user_message(f"m{n}") for n in range(start, start + 150)]
+        version = (await api.ada.get(f"/v1/sessions/{sid}/version")).json()["version"]
+        written = await api.ada.post(
+            f"{url}/batch", json={"expected_version": version, "events": batch}
+        )
+        assert written.status_code == 200, written.text
+    first = (await api.ada.get(url)).json()
+    assert [e["seq"] for e in first["items"]] == list(range(1, 201))
+    assert first["next_after_seq"] == 200
+    seen = [e["seq"] for e in first["items"]]
+    after = first["next_after_seq"]
+    while after is not None:
+        page = (await api.ada.get(url, params={"after_seq": after, "limit": 120})).json()
+        seen += [e["seq"] for e in page["items"]]
+        after = page["next_after_seq"]
+    assert seen == list(range(1, 451))
+    _problem(await api.ada.get(url, params={"limit": 1001}), 422)
+    _problem(await api.ada.get(url, params={"last": 1001}), 422)
+    window = (await api.ada.get(url, params={"last": 5})).json()
+    assert ([e["seq"] for e in window["items"]], window["next_after_seq"]) == (
+        [446, 447, 448, 449, 450],
+        None,
+    )

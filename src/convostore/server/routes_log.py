@@ -48,6 +48,9 @@ from convostore.server.schemas import (
 
 router = APIRouter(prefix="/v1")
 
+DEFAULT_EVENTS_PAGE = 200
+MAX_EVENTS_PAGE = 1000
+
 NameList = Annotated[list[str] | None, Query()]
 
 
@@ -129,14 +132,19 @@ async def read_events(
     until: Time | None = None,
     text: str | None = None,
     after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
-    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
-    last: Annotated[int | None, Query(ge=0, le=10_000)] = None,
+    limit: Annotated[int | None, Query(ge=0, le=MAX_EVENTS_PAGE)] = None,
+    last: Annotated[int | None, Query(ge=0, le=MAX_EVENTS_PAGE)] = None,
     vectors: bool = False,
 ) -> dict[str, Any]:
     """The events that pass every filter given, oldest first (see `EventFilter`:
     ``last`` widens back to a turn start; ``after_seq`` + ``limit`` page forward).
-    Vectors are left out unless ``vectors=true``."""
+    A read without ``last`` is a page: ``limit`` events at most (200 by default, 1000
+    at most); when it is full, ``next_after_seq`` is the ``after_seq`` of the next page
+    (of the log; the active view is one page of at most 1000). Vectors are left out
+    unless ``vectors=true``."""
     session = await ctx.session(key, session_id)
+    if last is None and limit is None:
+        limit = MAX_EVENTS_PAGE if active_view else DEFAULT_EVENTS_PAGE
     version = await ctx.store.version(session.id)
     events = await ctx.store.read(
         session.id,
@@ -155,7 +163,12 @@ async def read_events(
         ),
     )
     names = Names.of(key)
-    return {"items": [event_json(e, names, vectors=vectors) for e in events], "version": version}
+    full = limit is not None and limit > 0 and len(events) == limit and not active_view
+    return {
+        "items": [event_json(e, names, vectors=vectors) for e in events],
+        "version": version,
+        "next_after_seq": events[-1].seq if full else None,
+    }
 
 
 @router.get(

@@ -247,6 +247,9 @@ class EventOut(BaseModel):
 class EventList(BaseModel):
     items: list[EventOut]
     version: int
+    next_after_seq: int | None = Field(
+        default=None, description="a full page: pass it as after_seq for the next one"
+    )
 
 
 class NarrationBody(_In):
