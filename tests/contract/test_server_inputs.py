@@ -87,3 +87,24 @@ async def test_numbers_out_of_range_are_422(api: Api) -> None:
     headers = {"Content-Type": "application/json"}
     await _refused(api, "POST", "/v1/search", content=vector, headers=headers)
     assert (await api.ada.get(f"{url}/events")).json()["items"] == []
+
+
+async def test_a_refusal_names_a_few_ids_and_counts_them_all(api: Api) -> None:
+    sid = (await api.ada.post("/v1/sessions", json={})).json()["id"]
+    recipients = [f"u{n}" for n in range(40_000)]
+    response = await api.ada.post(
+        f"/v1/sessions/{sid}/events",
+        json=user_message("x", recipients=recipients),
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 422, response.text[:300]
+    assert len(response.content) < 2_000
+    detail = response.json()["detail"]
+    assert "'u0'" in detail
+    assert "40000 in all" in detail
+    shapes = await api.ada.post(
+        f"/v1/sessions/{sid}/events", json=user_message("x", recipients=[{"id": 1}] * 5000)
+    )
+    assert shapes.status_code == 422
+    assert len(shapes.content) < 6_000
+    assert "errors, the first 20 listed" in shapes.json()["detail"]

@@ -140,3 +140,14 @@ async def test_an_owner_id_may_not_hold_the_namespace_separator(api: Api) -> Non
     ring: KeyRing = api.app.state.convostore.keys
     with pytest.raises(ValueError, match="may not contain"):
         await ring.create("ada~bot")
+
+
+async def test_put_user_replaces_the_stored_record_as_documented(api: Api) -> None:
+    first = await api.ada.put("/v1/users/bot", json={"display_name": "Bot", "email": "b@x"})
+    assert first.json()["display_name"] == "Bot"
+    second = await api.ada.put("/v1/users/bot", json={"display_name": "Bot 2"})
+    assert (second.json()["display_name"], second.json()["email"]) == ("Bot 2", None)
+    assert (await api.ada.get("/v1/users/bot")).json()["display_name"] == "Bot 2"
+    document = (await api.ada.get("/openapi.json")).json()
+    described = document["paths"]["/v1/users/{user_id}"]["put"]["description"]
+    assert "replacing the one stored" in described

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from importlib import resources
 from typing import Any
 
@@ -281,6 +282,23 @@ def _add_docs(app: FastAPI, page: str) -> None:
         return HTMLResponse(page)
 
 
+MAX_LISTED = 20
+_LISTING = re.compile(r"(?P<head>[^:]{1,80}: )(?P<items>'.*')", re.DOTALL)
+
+
+def _shortened(detail: str) -> str:
+    """A store's message that lists ids (``unknown user id(s): 'a', 'b'``) names the
+    first few and counts them all; any other is cut at a length a person reads."""
+    listing = _LISTING.fullmatch(detail)
+    if listing is not None:
+        items = listing["items"].split("', '")
+        if len(items) > MAX_LISTED:
+            shown = "', '".join(items[:MAX_LISTED])
+            more = len(items) - MAX_LISTED
+            return f"{listing['head']}{shown}' and {more} more ({len(items)} in all)"
+    return detail if len(detail) <= 2000 else detail[:2000] + "..."
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StoreError)
     async def store_error(request: Request, error: StoreError) -> Response:
@@ -293,7 +311,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         if isinstance(key, ApiKey):
             # The store names ids as it holds them: say them in the key's names.
             detail = Names.of(key).text_out(detail)
-        return problem(status, detail)
+        return problem(status, _shortened(detail))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> Response:
@@ -302,14 +320,18 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> Response:
+        found = error.errors()
         errors = [
-            {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-            for e in error.errors()
+            {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", ""))[:200]}
+            for e in found[:MAX_LISTED]
         ]
-        malformed = any(e.get("type") == "json_invalid" for e in error.errors())
+        malformed = any(e.get("type") == "json_invalid" for e in found)
         if malformed:
             return problem(400, "the body is not valid JSON", errors=errors)
-        return problem(422, "the request does not match the API", errors=errors)
+        detail = "the request does not match the API"
+        if len(found) > MAX_LISTED:
+            detail += f" ({len(found)} errors, the first {MAX_LISTED} listed)"
+        return problem(422, detail, errors=errors)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> Response:
