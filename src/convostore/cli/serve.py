@@ -32,6 +32,20 @@ convostore serve --url sqlite:///chat.db --embedder minilm --max-body-bytes 4000
         "--max-body-bytes", type=int, default=1_048_576, help="largest request body (413 beyond)"
     )
     parser.add_argument(
+        "--head-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="close a connection whose request head is not whole in this time (default: 10)",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="concurrent connections, live streams included; beyond, 503 (default: 1000)",
+    )
+    parser.add_argument(
         "--indexed-metadata",
         action="append",
         default=[],
@@ -47,7 +61,7 @@ async def run(args: argparse.Namespace) -> int:
     from convostore.server import create_app
 
     try:
-        import uvicorn
+        from convostore.server.serving import Server, config
     except ImportError:
         from convostore.cli._common import fail
 
@@ -57,7 +71,14 @@ async def run(args: argparse.Namespace) -> int:
         args.url, embedder=embedder, indexed_metadata=args.indexed_metadata
     ) as store:
         app = create_app(store, max_body_bytes=args.max_body_bytes)
-        config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info")
+        served = config(
+            app,
+            host=args.host,
+            port=args.port,
+            head_timeout=args.head_timeout,
+            max_connections=args.max_connections,
+            log_level="info",
+        )
         err_console.print(f"convostore on {args.url}: http://{args.host}:{args.port}/")
-        await uvicorn.Server(config).serve()
+        await Server(served, app.state.convostore).serve()
     return 0

@@ -28,6 +28,12 @@ class Wakeups:
 
     def __init__(self) -> None:
         self._waiting: dict[str, set[asyncio.Event]] = {}
+        self.closed = False
+
+    def close(self) -> None:
+        """The server is stopping: every stream ends at its next look."""
+        self.closed = True
+        self.notify_all()
 
     def notify(self, session_id: str) -> None:
         for event in self._waiting.get(session_id, ()):
@@ -39,7 +45,9 @@ class Wakeups:
                 event.set()
 
     async def wait(self, session_id: str, seconds: float) -> None:
-        """Until this server writes to the session, or ``seconds`` pass."""
+        """Until this server writes to the session, or ``seconds`` pass, or it closes."""
+        if self.closed:
+            return
         event = asyncio.Event()
         waiting = self._waiting.setdefault(session_id, set())
         waiting.add(event)

@@ -59,6 +59,9 @@ async def _stream(ctx: Context, key: ApiKey, session: Session, after: int) -> As
     identity, seen = _identity(session), _lifecycle(session)
     quiet = 0.0
     while True:
+        if ctx.wakeups.closed:
+            # The server stops: the client reconnects (to it or another) by Last-Event-ID.
+            return
         if not await ctx.keys.is_live(key.id):
             yield _frame("revoked", {"id": shown})
             return
