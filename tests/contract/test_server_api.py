@@ -422,6 +422,8 @@ async def test_a_backend_whose_server_is_down_is_503(name: str) -> None:
                 body = _problem(await api.ada.get(path, timeout=60), 503)
                 assert "internal" not in body["detail"]
             assert time.monotonic() - started < 30
+            _problem(await api.anonymous.get("/readyz", timeout=60), 503)
+            assert (await api.anonymous.get("/healthz")).status_code == 200
         with contextlib.suppress(Exception):
             await store.close()
     finally:

@@ -15,6 +15,7 @@ import pytest
 
 from convostore import Store
 from convostore.server.app import Gate
+from convostore.server.observe import Observer
 
 from .server_helpers import Api, on_loopback, serving, user_message
 
@@ -174,7 +175,7 @@ async def test_no_handler_sees_more_than_the_limit(store: Store) -> None:
 
     async with serving(store) as api:
         keys = api.app.state.convostore.keys
-        gate = Gate(app, 1000, keys)
+        gate = Gate(app, 1000, keys, Observer())
         chunks = [b"a" * 300] * 10
         sent: list[Any] = []
 

@@ -46,6 +46,12 @@ convostore serve --url sqlite:///chat.db --embedder minilm --max-body-bytes 4000
         help="concurrent connections, live streams included; beyond, 503 (default: 1000)",
     )
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="logs on stderr, access logs included: text or JSON lines (default: text)",
+    )
+    parser.add_argument(
         "--indexed-metadata",
         action="append",
         default=[],
@@ -61,11 +67,13 @@ async def run(args: argparse.Namespace) -> int:
     from convostore.server import create_app
 
     try:
+        from convostore.server.observe import configure_logging
         from convostore.server.serving import Server, config
     except ImportError:
         from convostore.cli._common import fail
 
         return fail("the server needs uvicorn: pip install 'convostore[server]'")
+    configure_logging(args.log_format)
     embedder = None if args.embedder is None else embedder_from_spec(args.embedder)
     async with await connect(
         args.url, embedder=embedder, indexed_metadata=args.indexed_metadata
@@ -77,7 +85,8 @@ async def run(args: argparse.Namespace) -> int:
             port=args.port,
             head_timeout=args.head_timeout,
             max_connections=args.max_connections,
-            log_level="info",
+            log_config=None,
+            access_log=False,
         )
         err_console.print(f"convostore on {args.url}: http://{args.host}:{args.port}/")
         await Server(served, app.state.convostore).serve()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from importlib import resources
 from typing import Any
 
@@ -24,10 +25,11 @@ from convostore.errors import (
     StoreClosedError,
     StoreError,
 )
-from convostore.keys import ApiKey, KeyRing
+from convostore.keys import KEYS_SESSION_ID, ApiKey, KeyRing
 from convostore.server import routes_log, routes_sessions, routes_stream
 from convostore.server.context import KEY_SCOPE, Context
 from convostore.server.names import Names
+from convostore.server.observe import ACCESS_LOG, Observer
 from convostore.server.openapi import install_openapi
 from convostore.store import Store
 
@@ -118,16 +120,57 @@ class Gate:
     the request that sends more is answered 413.
     """
 
-    def __init__(self, app: ASGIApp, limit: int, keys: KeyRing) -> None:
+    def __init__(self, app: ASGIApp, limit: int, keys: KeyRing, observer: Observer) -> None:
         self.app = app
         self.limit = limit
         self.keys = keys
+        self.observer = observer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        await self._gated(scope, receive, send)
+        started = time.perf_counter()
+        status = 500
+
+        async def answered(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self._gated(scope, receive, answered)
+        finally:
+            self._record(scope, status, time.perf_counter() - started)
+
+    def _record(self, scope: Scope, status: int, seconds: float) -> None:
+        route = scope.get("route")
+        template = getattr(route, "path", None) or (
+            "/inspector" if scope["path"].startswith("/inspector/") else "unmatched"
+        )
+        self.observer.request(scope["method"], template, status, seconds)
+        if ACCESS_LOG.isEnabledFor(logging.INFO):
+            key = scope.get(KEY_SCOPE)
+            client = scope.get("client")
+            ACCESS_LOG.info(
+                "%s %s %d %.1fms",
+                scope["method"],
+                scope["path"],
+                status,
+                seconds * 1000,
+                extra={
+                    "http": {
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "route": template,
+                        "status": status,
+                        "duration_ms": round(seconds * 1000, 3),
+                        "client": None if client is None else f"{client[0]}:{client[1]}",
+                        "key_id": key.id if isinstance(key, ApiKey) else None,
+                    }
+                },
+            )
 
     async def _gated(self, scope: Scope, receive: Receive, given: Send) -> None:
         async def send(message: Message) -> None:
@@ -238,13 +281,17 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.state.convostore = Context(
-        store=store,
-        keys=keys or KeyRing(store),
+    observer = Observer()
+    observed = observer.store(store)
+    ctx = Context(
+        store=observed,
+        keys=keys or KeyRing(observed),
         summarize=summarize,
         poll_interval=poll_interval,
+        observer=observer,
     )
-    app.add_middleware(Gate, limit=max_body_bytes, keys=app.state.convostore.keys)
+    app.state.convostore = ctx
+    app.add_middleware(Gate, limit=max_body_bytes, keys=ctx.keys, observer=observer)
     _add_error_handlers(app)
     install_openapi(app)
     app.include_router(routes_sessions.router)
@@ -253,7 +300,30 @@ def create_app(
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
+        """The process is up (it asks the backend nothing)."""
         return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        """The backend answers: one round trip to it, 503 when it does not."""
+        try:
+            await ctx.store.version(KEYS_SESSION_ID)
+        except StoreError as error:
+            return problem(503, f"the backend does not answer: {type(error).__name__}")
+        return JSONResponse({"status": "ready"})
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics(request: Request) -> Response:
+        """Prometheus metrics, for an admin key (a scraper's ``bearer_token``)."""
+        token = request.headers.get("authorization", "").partition(" ")[2].strip()
+        key = await ctx.keys.authenticate(token) if token else None
+        if key is None or not key.admin:
+            return problem(401, "metrics need an admin key", headers={"WWW-Authenticate": "Bearer"})
+        exposition = observer.exposition()
+        if exposition is None:
+            return problem(404, "metrics need prometheus-client: pip install 'convostore[metrics]'")
+        body, media_type = exposition
+        return Response(body, media_type=media_type)
 
     if inspector:
         static = resources.files("convostore.server") / "inspector"

@@ -15,6 +15,7 @@ from convostore.errors import SessionNotFoundError
 from convostore.keys import ApiKey, KeyRing, is_reserved_session
 from convostore.model import Session
 from convostore.server.names import Names
+from convostore.server.observe import Observer
 from convostore.store import Store
 
 __all__ = ["KEY_SCOPE", "Context", "Key", "Wakeups", "context", "current_key"]
@@ -80,6 +81,7 @@ class Context:
     keys: KeyRing
     summarize: Summarize | None
     poll_interval: float
+    observer: Observer = field(default_factory=Observer)
     wakeups: Wakeups = field(default_factory=Wakeups)
     jobs: dict[str, Job] = field(default_factory=dict)
 

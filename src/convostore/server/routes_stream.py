@@ -53,6 +53,15 @@ def _identity(session: Session) -> tuple[Any, ...]:
 
 
 async def _stream(ctx: Context, key: ApiKey, session: Session, after: int) -> AsyncIterator[str]:
+    ctx.observer.stream_opened()
+    try:
+        async for frame in _frames(ctx, key, session, after):
+            yield frame
+    finally:
+        ctx.observer.stream_closed()
+
+
+async def _frames(ctx: Context, key: ApiKey, session: Session, after: int) -> AsyncIterator[str]:
     yield f"retry: {int(ctx.poll_interval * 1000)}\n\n"
     names = Names.of(key)
     shown = names.id_out(session.id)
