@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import socket
 from typing import Any
 
 from convostore.cli._common import add_command, add_url, err_console
@@ -20,6 +21,7 @@ def register(subparsers: Any) -> None:
 convostore serve --url sqlite:///chat.db
 convostore serve --url postgresql://localhost/app --host 0.0.0.0 --port 8080
 convostore serve --url sqlite:///chat.db --embedder minilm --max-body-bytes 4000000
+convostore serve --url postgresql://localhost/app --log-format json --reuse-port   # xN
 """,
     )
     add_url(parser)
@@ -44,6 +46,12 @@ convostore serve --url sqlite:///chat.db --embedder minilm --max-body-bytes 4000
         default=1000,
         metavar="N",
         help="concurrent connections, live streams included; beyond, 503 (default: 1000)",
+    )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="bind with SO_REUSEPORT, so several `serve` processes share the port (the "
+        "kernel spreads connections): how to run several workers",
     )
     parser.add_argument(
         "--log-format",
@@ -89,5 +97,19 @@ async def run(args: argparse.Namespace) -> int:
             access_log=False,
         )
         err_console.print(f"convostore on {args.url}: http://{args.host}:{args.port}/")
-        await Server(served, app.state.convostore).serve()
+        sockets = None
+        if args.reuse_port:
+            sockets = [_shared_socket(args.host, args.port)]
+        await Server(served, app.state.convostore).serve(sockets=sockets)
     return 0
+
+
+def _shared_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock

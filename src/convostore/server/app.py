@@ -294,8 +294,9 @@ def create_app(
     app.add_middleware(Gate, limit=max_body_bytes, keys=ctx.keys, observer=observer)
     _add_error_handlers(app)
     install_openapi(app)
-    app.include_router(routes_sessions.router)
+    # The log's routes first: appends and reads are the hot ones, matched in order.
     app.include_router(routes_log.router)
+    app.include_router(routes_sessions.router)
     app.include_router(routes_stream.router)
 
     @app.get("/healthz", include_in_schema=False)

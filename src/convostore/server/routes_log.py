@@ -7,7 +7,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from convostore.compaction import (
     AnyOf,
@@ -25,31 +27,30 @@ from convostore.filters import EventFilter
 from convostore.ids import new_id
 from convostore.model import Event, EventWrite, MessageWrite
 from convostore.records import event_to_json, write_from_json
-from convostore.server.context import Context, Ctx, Job, Key
+from convostore.server.context import Context, Ctx, Job, Key, json_response
 from convostore.server.names import Names
 from convostore.server.openapi import problems
 from convostore.server.schemas import (
-    INT64_MAX,
+    DEFAULT_EVENTS_PAGE,
+    MAX_EVENTS_PAGE,
     BatchIn,
     CompactIn,
     CompactOut,
     EventIn,
     EventList,
     EventOut,
+    EventQuery,
     HitList,
     JobOut,
     NarrationBody,
     SearchIn,
     StrategyIn,
-    Time,
     TriggerIn,
     Version,
 )
 
 router = APIRouter(prefix="/v1")
 
-DEFAULT_EVENTS_PAGE = 200
-MAX_EVENTS_PAGE = 1000
 
 NameList = Annotated[list[str] | None, Query()]
 
@@ -61,8 +62,13 @@ def to_write(body: EventIn, names: Names) -> MessageWrite | EventWrite:
     return write_from_json(names.write_in(record))
 
 
+# Every field of `EventOut`, null where the event has none (as the response model
+# would fill them in): the hot routes answer without it.
+_EVENT_FIELDS = dict.fromkeys(EventOut.model_fields)
+
+
 def event_json(event: Event, names: Names, *, vectors: bool = True) -> dict[str, Any]:
-    return names.event(event_to_json(event, vectors=vectors))
+    return {**_EVENT_FIELDS, **names.event(event_to_json(event, vectors=vectors))}
 
 
 @router.post(
@@ -72,9 +78,7 @@ def event_json(event: Event, names: Names, *, vectors: bool = True) -> dict[str,
     response_model=EventOut,
     responses={200: {"description": "A retried append: the stored event"}, **problems(404, 409)},
 )
-async def append_event(
-    session_id: str, body: EventIn, key: Key, ctx: Ctx, response: Response
-) -> dict[str, Any]:
+async def append_event(session_id: str, body: EventIn, key: Key, ctx: Ctx) -> Response:
     """Append a message or an event. Idempotent by ``id``: a retried append answers 200
     with the stored event and writes nothing; an id of another session's log is 409."""
     session = await ctx.session(key, session_id)
@@ -87,10 +91,9 @@ async def append_event(
         before = await ctx.store.version(session.id)
         event = await ctx.store.append_event(session.id, write)
         if await ctx.store.version(session.id) == before:
-            response.status_code = 200
-            return event_json(event, names)
+            return json_response(event_json(event, names))
     ctx.changed(session.id)
-    return event_json(event, names)
+    return json_response(event_json(event, names), 201)
 
 
 @router.post(
@@ -113,62 +116,80 @@ async def append_batch(session_id: str, body: BatchIn, key: Key, ctx: Ctx) -> di
     return {"version": await ctx.store.version(session.id)}
 
 
+async def event_query(request: Request) -> EventQuery:
+    """The query of a read, validated by pydantic in one call (FastAPI's own query
+    parsing costs more than the read it serves)."""
+    params = request.query_params
+    values: dict[str, Any] = {}
+    for name in params:
+        values[name] = params.getlist(name) if name in _LISTS else params[name]
+    try:
+        return EventQuery.model_validate(values)
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("query", *e["loc"])} for e in error.errors(include_url=False)]
+        ) from None
+
+
+_LISTS = frozenset({"types", "roles"})
+
+
+def _query_parameters() -> list[dict[str, Any]]:
+    """``EventQuery`` as OpenAPI query parameters (the route reads them itself)."""
+    schema = EventQuery.model_json_schema()
+    return [
+        {"name": name, "in": "query", "required": False, "schema": field}
+        for name, field in schema["properties"].items()
+    ]
+
+
 @router.get(
     "/sessions/{session_id}/events",
     tags=["log"],
     response_model=EventList,
     responses=problems(404),
+    openapi_extra={"parameters": _query_parameters()},
 )
 async def read_events(
-    session_id: str,
-    key: Key,
-    ctx: Ctx,
-    active_view: bool = False,
-    types: NameList = None,
-    roles: NameList = None,
-    exclude_synthetic: bool = False,
-    branch: str | None = None,
-    since: Time | None = None,
-    until: Time | None = None,
-    text: str | None = None,
-    after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
-    limit: Annotated[int | None, Query(ge=0, le=MAX_EVENTS_PAGE)] = None,
-    last: Annotated[int | None, Query(ge=0, le=MAX_EVENTS_PAGE)] = None,
-    vectors: bool = False,
-) -> dict[str, Any]:
+    session_id: str, key: Key, ctx: Ctx, query: Annotated[EventQuery, Depends(event_query)]
+) -> Response:
     """The events that pass every filter given, oldest first (see `EventFilter`:
     ``last`` widens back to a turn start; ``after_seq`` + ``limit`` page forward).
     A read without ``last`` is a page: ``limit`` events at most (200 by default, 1000
     at most); when it is full, ``next_after_seq`` is the ``after_seq`` of the next page
     (of the log; the active view is one page of at most 1000). Vectors are left out
     unless ``vectors=true``."""
+    active_view, limit, last = query.active_view, query.limit, query.last
     session = await ctx.session(key, session_id)
     if last is None and limit is None:
         limit = MAX_EVENTS_PAGE if active_view else DEFAULT_EVENTS_PAGE
-    version = await ctx.store.version(session.id)
+    # The version the session was read with: never ahead of the events read after it.
+    version = session.version
     events = await ctx.store.read(
         session.id,
         EventFilter(
             active_view=active_view,
-            types=types,
-            roles=roles,
-            exclude_synthetic=exclude_synthetic,
-            branch=branch,
-            since=since,
-            until=until,
-            text=text,
-            after_seq=after_seq,
+            types=query.types,
+            roles=query.roles,
+            exclude_synthetic=query.exclude_synthetic,
+            branch=query.branch,
+            since=query.since,
+            until=query.until,
+            text=query.text,
+            after_seq=query.after_seq,
             limit=limit,
             last=last,
         ),
     )
     names = Names.of(key)
     full = limit is not None and limit > 0 and len(events) == limit and not active_view
-    return {
-        "items": [event_json(e, names, vectors=vectors) for e in events],
-        "version": version,
-        "next_after_seq": events[-1].seq if full else None,
-    }
+    return json_response(
+        {
+            "items": [event_json(e, names, vectors=query.vectors) for e in events],
+            "version": version,
+            "next_after_seq": events[-1].seq if full else None,
+        }
+    )
 
 
 @router.get(

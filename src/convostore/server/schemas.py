@@ -206,6 +206,27 @@ class BatchIn(_In):
     events: list[EventIn] = Field(max_length=1000)
 
 
+DEFAULT_EVENTS_PAGE = 200
+MAX_EVENTS_PAGE = 1000
+
+
+class EventQuery(BaseModel):
+    """The query of ``GET .../events``: `EventFilter`'s options, and ``vectors``."""
+
+    active_view: bool = False
+    types: list[str] | None = None
+    roles: list[str] | None = None
+    exclude_synthetic: bool = False
+    branch: str | None = None
+    since: Time | None = None
+    until: Time | None = None
+    text: str | None = None
+    after_seq: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    limit: int | None = Field(default=None, ge=0, le=MAX_EVENTS_PAGE)
+    last: int | None = Field(default=None, ge=0, le=MAX_EVENTS_PAGE)
+    vectors: bool = False
+
+
 class Version(BaseModel):
     version: int
 
