@@ -6,7 +6,8 @@ on one port with ``--reuse-port``, the kernel spreading connections). Three work
 each for ``--seconds`` with ``--connections`` open: ``GET /healthz`` (the server's
 ceiling: no key, no store), appends (``POST /v1/sessions/{id}/events``, one message,
 over 20 sessions) and window reads (``GET /v1/sessions/{id}/events?last=10``).
-Printed: requests per second, p50 and p99 latency, and each as a share of /healthz.
+Printed: requests per second, p50 and p99 latency, the server's CPU time per request
+(read from /proc, so it holds on a busy machine too), and each as a share of /healthz.
 All traffic stays on 127.0.0.1; each run is bounded by ``--seconds``.
 
     .venv/bin/python benchmarks/server_load.py [--url URL] [--workers N]
@@ -96,8 +97,18 @@ def wait_until_up(base: str) -> None:
     raise SystemExit("the server did not start")
 
 
+def cpu_seconds(servers: list[subprocess.Popen[bytes]]) -> float:
+    """The CPU time the server processes used so far (user and system, all threads)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for server in servers:
+        fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 def wrk(base: str, script: str | None, path: str, args: argparse.Namespace) -> tuple[float, ...]:
-    """Requests per second, p50 and p99 in ms, non-2xx answers."""
+    """Requests per second, p50 and p99 in ms, non-2xx answers, requests in all."""
     command = [
         "wrk",
         f"-t{args.threads}",
@@ -116,14 +127,14 @@ def wrk(base: str, script: str | None, path: str, args: argparse.Namespace) -> t
         ).stdout
     finally:
         os.unlink(lua.name)
-    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1))  # type: ignore[union-attr]
+    found = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    if found is None:
+        raise SystemExit(f"wrk said:\n{output}")
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    return (
-        rate,
-        _latency(output, "50"),
-        _latency(output, "99"),
-        int(errors.group(1) if errors else 0),
-    )
+    failed = int(errors.group(1)) if errors else 0
+    total = re.search(r"(\d+) requests in", output)
+    count = float(total.group(1)) if total else float("nan")
+    return float(found.group(1)), _latency(output, "50"), _latency(output, "99"), failed, count
 
 
 def _latency(output: str, percentile: str) -> float:
@@ -166,10 +177,12 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         try:
             wait_until_up(base)
-            results = {
-                name: wrk(base, script, path, args)
-                for name, (script, path) in scripts(key, sessions).items()
-            }
+            results: dict[str, tuple[float, ...]] = {}
+            for name, (script, path) in scripts(key, sessions).items():
+                before = cpu_seconds(servers)
+                figures = wrk(base, script, path, args)
+                spent = cpu_seconds(servers) - before
+                results[name] = (*figures, spent / figures[4] * 1e6)
         finally:
             for server in servers:
                 server.terminate()
@@ -179,12 +192,18 @@ def main() -> None:
         f"convostore serve on {url.split(':')[0]}, {args.workers} worker(s), wrk "
         f"{args.threads} threads x {args.connections} connections x {args.seconds} s:"
     )
-    ceiling = results["healthz"][0]
-    for name, (rate, p50, p99, errors) in results.items():
-        share = "" if name == "healthz" else f"   x{rate / ceiling:.2f} of /healthz"
-        failed = f"   {errors} non-2xx" if errors else ""
-        figures = f"{rate:>8,.0f} req/s   p50 {p50:6.2f} ms   p99 {p99:6.2f} ms"
-        print(f"  {name:<13} {figures}{share}{failed}")
+    ceiling, ceiling_cpu = results["healthz"][0], results["healthz"][5]
+    for name, (rate, p50, p99, errors, _, cpu) in results.items():
+        share = ""
+        if name != "healthz":
+            share = f"   x{rate / ceiling:.2f} of /healthz (x{ceiling_cpu / cpu:.2f} by CPU)"
+        failed = f"   {errors:.0f} non-2xx" if errors else ""
+        line = f"{rate:>7,.0f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  {cpu:5.0f} us CPU"
+        print(f"  {name:<13}{line}{share}{failed}")
+    print(
+        "  (us CPU: the server processes' CPU time per request, whatever else the machine "
+        "runs; x by CPU: the rate share when the server's CPU is the limit)"
+    )
 
 
 if __name__ == "__main__":

@@ -67,12 +67,15 @@ class Observer:
                 buckets=_BUCKETS,
                 registry=self.registry,
             )
+        self._trace: Any = None
         try:
             from opentelemetry import trace
         except ImportError:
             pass
         else:
-            self.tracer = trace.get_tracer("convostore")
+            self._trace = trace
+        self._provider: Any = None
+        self._provider_tracer: Any = None
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         if self._requests is not None:
@@ -98,21 +101,36 @@ class Observer:
     def store(self, store: Store) -> Store:
         """``store`` itself when neither library is installed; else a view of it whose
         every operation is timed and traced."""
-        if self._operations is None and self.tracer is None:
+        if self._operations is None and self._trace is None and self.tracer is None:
             return store
         return cast(Store, _ObservedStore(store, self))
 
+    def current_tracer(self) -> Any:
+        """The tracer spans go to: the one set here, else the application's, once it
+        has set a tracer provider (before that, no span is made: they would go nowhere)."""
+        if self.tracer is not None or self._trace is None:
+            return self.tracer
+        provider = self._trace.get_tracer_provider()
+        if provider is not self._provider:
+            self._provider = provider
+            proxy = isinstance(
+                provider, self._trace.ProxyTracerProvider | self._trace.NoOpTracerProvider
+            )
+            self._provider_tracer = None if proxy else provider.get_tracer("convostore")
+        return self._provider_tracer
+
     def operation(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
         histogram = None if self._operations is None else self._operations.labels(name)
-        tracer = self.tracer
+        span_name = f"convostore.{name}"
 
         @functools.wraps(call)
         async def observed(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
+            tracer = self.current_tracer()
             try:
                 if tracer is None:
                     return await call(*args, **kwargs)
-                with tracer.start_as_current_span(f"convostore.{name}"):
+                with tracer.start_as_current_span(span_name):
                     return await call(*args, **kwargs)
             finally:
                 if histogram is not None:

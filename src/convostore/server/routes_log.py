@@ -71,14 +71,32 @@ def event_json(event: Event, names: Names, *, vectors: bool = True) -> dict[str,
     return {**_EVENT_FIELDS, **names.event(event_to_json(event, vectors=vectors))}
 
 
+async def event_body(request: Request) -> EventIn:
+    """The body of an append, parsed and validated by pydantic in one pass."""
+    try:
+        return EventIn.model_validate_json(await request.body())
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in error.errors(include_url=False)]
+        ) from None
+
+
 @router.post(
     "/sessions/{session_id}/events",
     tags=["log"],
     status_code=201,
     response_model=EventOut,
     responses={200: {"description": "A retried append: the stored event"}, **problems(404, 409)},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EventIn"}}},
+        }
+    },
 )
-async def append_event(session_id: str, body: EventIn, key: Key, ctx: Ctx) -> Response:
+async def append_event(
+    session_id: str, key: Key, ctx: Ctx, body: Annotated[EventIn, Depends(event_body)]
+) -> Response:
     """Append a message or an event. Idempotent by ``id``: a retried append answers 200
     with the stored event and writes nothing; an id of another session's log is 409."""
     session = await ctx.session(key, session_id)
