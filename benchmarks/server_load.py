@@ -77,10 +77,14 @@ async def prepare(url: str) -> tuple[str, list[str]]:
     return key, sessions
 
 
-def start_servers(url: str, port: int, workers: int) -> list[subprocess.Popen[bytes]]:
+def start_servers(
+    url: str, port: int, workers: int, *, access_log: bool
+) -> list[subprocess.Popen[bytes]]:
     command = [sys.executable, "-m", "convostore", "serve", "--url", url, "--port", str(port)]
     if workers > 1:
         command.append("--reuse-port")
+    if not access_log:
+        command.append("--no-access-log")
     return [
         subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(workers)
@@ -166,6 +170,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=20)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--no-access-log", action="store_true", help="serve without it")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("needs wrk: apt-get install wrk (scripts/setup.sh does)")
@@ -173,7 +178,7 @@ def main() -> None:
         url = args.url or f"sqlite:///{Path(directory) / 'served.db'}"
         key, sessions = asyncio.run(prepare(url))
         port = free_port()
-        servers = start_servers(url, port, args.workers)
+        servers = start_servers(url, port, args.workers, access_log=not args.no_access_log)
         base = f"http://127.0.0.1:{port}"
         try:
             wait_until_up(base)

@@ -60,6 +60,11 @@ convostore serve --url postgresql://localhost/app --log-format json --reuse-port
         help="logs on stderr, access logs included: text or JSON lines (default: text)",
     )
     parser.add_argument(
+        "--no-access-log",
+        action="store_true",
+        help="leave out the access log (one record a request, on convostore.access)",
+    )
+    parser.add_argument(
         "--indexed-metadata",
         action="append",
         default=[],
@@ -81,7 +86,7 @@ async def run(args: argparse.Namespace) -> int:
         from convostore.cli._common import fail
 
         return fail("the server needs uvicorn: pip install 'convostore[server]'")
-    configure_logging(args.log_format)
+    configure_logging(args.log_format, access=not args.no_access_log)
     embedder = None if args.embedder is None else embedder_from_spec(args.embedder)
     async with await connect(
         args.url, embedder=embedder, indexed_metadata=args.indexed_metadata

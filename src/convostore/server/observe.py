@@ -179,9 +179,9 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
-def configure_logging(log_format: str, level: int = logging.INFO) -> None:
+def configure_logging(log_format: str, level: int = logging.INFO, *, access: bool = True) -> None:
     """Log convostore's and uvicorn's records to stderr, as text or JSON lines (times
-    in UTC)."""
+    in UTC); ``access=False`` leaves the access log out."""
     handler = logging.StreamHandler()
     formatter: logging.Formatter
     if log_format == "json":
@@ -195,3 +195,4 @@ def configure_logging(log_format: str, level: int = logging.INFO) -> None:
         logger.handlers = [handler]
         logger.setLevel(level)
         logger.propagate = False
+    ACCESS_LOG.setLevel(level if access else logging.WARNING)
