@@ -101,17 +101,12 @@ async def append_event(
     with the stored event and writes nothing; an id of another session's log is 409."""
     session = await ctx.session(key, session_id)
     names = Names.of(key)
-    write = to_write(body, names)
-    if write.id is None:
-        event = await ctx.store.append_event(session.id, write)
-    else:
-        # Only a write with an id can be a retry: the version tells whether it added.
-        before = await ctx.store.version(session.id)
-        event = await ctx.store.append_event(session.id, write)
-        if await ctx.store.version(session.id) == before:
-            return json_response(event_json(event, names))
+    appended = await ctx.store.append(session.id, to_write(body, names))
+    if not appended.applied:
+        # A retried append: the stored event, nothing written.
+        return json_response(event_json(appended.event, names))
     ctx.changed(session.id)
-    return json_response(event_json(event, names), 201)
+    return json_response(event_json(appended.event, names), 201)
 
 
 @router.post(
