@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from convostore import Store
@@ -230,3 +231,24 @@ async def test_the_docs_load_no_script_from_elsewhere(wire: Wire) -> None:
         asset = await wire.api.anonymous.get(source)
         assert asset.status_code == 200, source
         assert asset.content.strip()
+
+
+async def test_mounted_under_a_prefix_the_key_still_comes_first(store: Store) -> None:
+    from fastapi import FastAPI
+
+    async with serving(store, max_body_bytes=LIMIT) as api:
+        outer = FastAPI()
+        outer.mount("/store", api.app)
+        async with on_loopback(outer) as base:
+            address = urlsplit(base)
+            assert address.hostname is not None
+            assert address.port is not None
+            wire = Wire(api, address.hostname, address.port, "any")
+            head = _head(wire, None, "Transfer-Encoding: chunked").replace(
+                "POST /v1/", "POST /store/v1/"
+            )
+            reply = await wire.exchange(head)
+            assert reply.status == 401
+            headers = {"Authorization": f"Bearer {api.keys['ada']}"}
+            async with httpx.AsyncClient(base_url=base, headers=headers) as ada:
+                assert (await ada.get("/store/v1/me")).json()["owner_id"] == "ada"

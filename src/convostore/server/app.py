@@ -178,7 +178,11 @@ class Gate:
                 message = {**message, "headers": [*message.get("headers", ()), *SECURITY_HEADERS]}
             await given(message)
 
-        if scope["path"].startswith("/v1/") or scope["path"] == "/v1":
+        # The path within this app, also when it is mounted under a prefix.
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if path.startswith("/v1/") or path == "/v1":
             try:
                 key = await self._key(scope)
             except StoreError as error:
