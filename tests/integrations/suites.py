@@ -59,9 +59,13 @@ def snapshot(repository: str) -> Path:
     return git_dir
 
 
-def extract(git_dir: Path, paths: Sequence[str], into: Path) -> Path:
+def extract(
+    git_dir: Path, paths: Sequence[str], into: Path, relocate: tuple[str, str] = ("", "")
+) -> Path:
     """Copy the files under ``paths`` of the snapshot's newest commit under ``into``
-    (file by file: a snapshot may lack blobs the selection does not need)."""
+    (file by file: a snapshot may lack blobs the selection does not need), each path's
+    prefix ``relocate[0]`` replaced by ``relocate[1]`` (a package named ``tests`` would
+    shadow this project's)."""
     listing = subprocess.run(
         ["git", "--git-dir", str(git_dir), "ls-tree", "-r", "--name-only", "HEAD", "--", *paths],
         check=True,
@@ -74,7 +78,7 @@ def extract(git_dir: Path, paths: Sequence[str], into: Path) -> Path:
             check=True,
             capture_output=True,
         ).stdout
-        target = into / name
+        target = into / (relocate[1] + name.removeprefix(relocate[0]))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(blob)
     if not listing:
