@@ -24,7 +24,7 @@ from convostore.errors import ConflictError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.integrations._common import missing_framework, stored_form
 from convostore.integrations._loops import LoopBridge
-from convostore.model import Event, Message, MessageWrite, Role, ToolCall
+from convostore.model import MESSAGE, Event, Message, MessageWrite, Role, ToolCall
 from convostore.store import Store
 from convostore.sync import SyncStore
 
@@ -94,8 +94,9 @@ class ConvostoreHistoryProvider(HistoryProvider):
         if messages:
             await self._bridge.call(self._save(_session(session_id), list(messages)))
 
-    async def _read(self, session_id: str) -> list[AfMessage]:
-        events = await self.store.read(session_id, EventFilter(active_view=True))
+    async def _read(self, session_id: str, last: int | None = None) -> list[AfMessage]:
+        view = EventFilter(active_view=True, types=(MESSAGE,), last=last)
+        events = await self.store.read(session_id, view)
         return [m for e in events if (m := event_to_message(e)) is not None]
 
     async def _save(self, session_id: str, messages: list[AfMessage]) -> None:
@@ -106,7 +107,10 @@ class ConvostoreHistoryProvider(HistoryProvider):
             self._created.add(session_id)
         for _ in range(ATTEMPTS):
             version = await self.store.version(session_id)
-            new = filter_new_messages(await self._read(session_id), messages)
+            # The framework's rule compares at most as many stored messages as are saved,
+            # unless the stored ones are fewer: the newest len + 1 decide as all would.
+            stored = await self._read(session_id, last=len(messages) + 1)
+            new = filter_new_messages(stored, messages)
             if not new:
                 return
             writes = [message_to_write(message) for message in new]

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +43,7 @@ from convostore.ids import new_id
 from convostore.integrations._common import missing_framework
 from convostore.integrations._loops import LoopBridge
 from convostore.model import (
+    MESSAGE,
     Event,
     EventWrite,
     Message,
@@ -177,15 +178,6 @@ def _orphan_return(message: ModelMessage) -> bool:
 # ---------------------------------------------------------------- the store
 
 
-@dataclass
-class _Read:
-    """A conversation's log read once: its newest record and its entries by id."""
-
-    record: ConversationRecord | None
-    lineage: tuple[str, ...]
-    entries: dict[str, ConversationEntry] = field(default_factory=dict)
-
-
 def _record_of(events: Sequence[Event]) -> tuple[ConversationRecord | None, tuple[str, ...]]:
     for event in reversed(events):
         if event.type == RECORD and isinstance(event.payload, Mapping):
@@ -207,15 +199,6 @@ class ConvostoreConversationStore(ConversationStore):
         self._known: set[str] = set()
 
     # ------------------------------------------------------------ reads
-
-    async def _read_log(self, session_id: str) -> _Read:
-        events = await self.store.read(session_id)
-        record, lineage = _record_of(events)
-        read = _Read(record, lineage)
-        for event in events:
-            if (entry := event_to_entry(event)) is not None:
-                read.entries[entry.id] = entry
-        return read
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
         events = await self._bridge.call(
@@ -268,14 +251,21 @@ class ConvostoreConversationStore(ConversationStore):
     ) -> list[ConversationEntry]:
         if head_id is None or limit == 0:
             return []
-        entries: dict[str, ConversationEntry] = {}
+        found: dict[str, Event] = {}
         sessions = list(lineage)
         searched: set[str] = set()
+        # With a limit, the head's conversation is read from its newest messages only; it
+        # is read whole if the chain leads further back.
+        partly: list[str] = []
         chain: list[ConversationEntry] = []
         entry_id: str | None = head_id
         while entry_id is not None and (limit is None or len(chain) < limit):
-            entry = entries.get(entry_id)
-            if entry is None:
+            event = found.get(entry_id)
+            if event is None:
+                if partly:
+                    more, _ = await self._events(partly.pop(), None)
+                    found.update(more)
+                    continue
                 if not sessions:
                     sessions = await self._all_conversations(searched)
                     if not sessions:
@@ -284,14 +274,32 @@ class ConvostoreConversationStore(ConversationStore):
                 if session_id in searched:
                     continue
                 searched.add(session_id)
-                read = await self._read_log(session_id)
-                entries.update(read.entries)
-                sessions[:0] = [s for s in read.lineage if s not in searched]
+                tail = limit + 1 if limit is not None and not found else None
+                more, further = await self._events(session_id, tail)
+                found.update(more)
+                if tail is not None:
+                    partly.append(session_id)
+                sessions[:0] = [s for s in further if s not in searched]
                 continue
+            entry = event_to_entry(event)
+            if entry is None:
+                raise LookupError(f"event {entry_id!r} holds no conversation entry")
             chain.append(entry)
             entry_id = entry.parent_id
         chain.reverse()
         return chain
+
+    async def _events(
+        self, session_id: str, tail: int | None
+    ) -> tuple[dict[str, Event], tuple[str, ...]]:
+        """A conversation's message events by id (its newest ``tail`` only, if given) and
+        the conversations its record says it shares entries with."""
+        if tail is None:
+            events = await self.store.read(session_id)
+        else:
+            events = await self.store.read(session_id, EventFilter(types=(MESSAGE,), last=tail))
+        lineage = _record_of(events)[1]
+        return {e.id: e for e in events if isinstance(e, Message)}, lineage
 
     async def _all_conversations(self, searched: set[str]) -> list[str]:
         # The slow path, for an entry read without its conversation's record.
