@@ -1,8 +1,15 @@
 """convostore as Microsoft Agent Framework's history provider (extra ``agent-framework``).
 
->>> agent = Agent(client=client, context_providers=[ConvostoreHistoryProvider(store)])
->>> session = agent.create_session()
->>> await agent.run("Hi", session=session)  # the history lives in the store
+``Agent(client=client, context_providers=[ConvostoreHistoryProvider(store)])`` keeps each
+session's history in the store:
+
+>>> import asyncio, convostore.sync
+>>> from agent_framework import Message
+>>> with convostore.sync.connect("sqlite:///chat.db") as store:
+...     history = ConvostoreHistoryProvider(store)
+...     asyncio.run(history.save_messages("s1", [Message("user", ["Hi"])]))
+...     [message.text for message in asyncio.run(history.get_messages("s1"))]
+['Hi']
 
 The framework's session id is the convostore session's id (``agent-framework:default``
 for none); the session is created (ownerless) on the first save. A message is a

@@ -1,17 +1,22 @@
 """convostore as Pydantic AI's conversation store (extra ``pydantic-ai``).
 
-- `ConvostoreConversationStore(store)`: a `pydantic_ai.conversation_store.ConversationStore`:
-
-      conversations = ConvostoreConversationStore(store)
-      conversation = await conversations.load(cid) or Conversation(conversation_id=cid)
-      result = await agent.run(prompt, conversation=conversation)
-      await conversations.save(result)
+- `ConvostoreConversationStore(store)`: a `pydantic_ai.conversation_store.ConversationStore`
+  (``load`` a conversation, run the agent on it, ``save`` the result).
 
 - For runs without a conversation object: `ConvostoreHistory(store, conversation_id)`, a
   capability that loads the stored history before a run and appends the run's new
   messages after it (``Agent(model, capabilities=[ConvostoreHistory(store, cid)])``), and
   `load_history(store, conversation_id, last=None)` / `save_messages(store,
   conversation_id, messages)`.
+
+>>> import asyncio, convostore.sync
+>>> from pydantic_ai import Agent
+>>> from pydantic_ai.models.test import TestModel
+>>> with convostore.sync.connect("sqlite:///chat.db") as store:
+...     agent = Agent(TestModel(), capabilities=[ConvostoreHistory(store, "c1")])
+...     _ = asyncio.run(agent.run("Hi"))
+...     len(asyncio.run(load_history(store, "c1")))
+2
 
 A conversation is the convostore session of the same id, owned by its ``scope`` (a
 convostore user of that id; none without a scope). Each entry is a convostore message
