@@ -215,6 +215,14 @@ async def test_async_methods_awaited_on_other_loops(store: Store) -> None:
     # Called on the async store's own loop, a blocking method cannot wait: it says so.
     with pytest.raises(StoreError, match="own event loop"):
         chat_store.get_messages("k")
+    # Memory's blocking methods run the async ones on a loop of their own in another
+    # thread while this loop waits for them: the call says so, rather than hang, and
+    # writes nothing.
+    memory = Memory.from_defaults(session_id="blocked", chat_store=db)
+    with pytest.raises(StoreError, match="blocked"):
+        memory.put(ChatMessage(role="user", content="never"))
+    await asyncio.sleep(0.05)
+    assert await db.get_messages("blocked", status=None) == []
 
 
 async def test_llamaindex_sql_import(store: Store, tmp_path: Path) -> None:

@@ -9,7 +9,10 @@ home loop: directly when the caller is on it, through the loop's thread otherwis
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 from convostore.errors import InvalidArgumentError, StoreError
@@ -24,6 +27,14 @@ _ON_HOME_LOOP = (
     "a blocking method was called on the store's own event loop: use the async method, "
     "or give the adapter a convostore.sync store"
 )
+_HOME_LOOP_BLOCKED = (
+    "the store's event loop is blocked in a blocking call (a framework's blocking method "
+    "called on the store's own loop?): give the adapter a convostore.sync store"
+)
+# How long a call from another loop waits before it checks that the home loop is not
+# blocked, and between checks.
+PATIENCE = 0.5
+_WAITS = {("threading.py", "wait"), ("_base.py", "result"), ("threading.py", "join")}
 _HOME_LOOP_GONE = (
     "the store's event loop is not running: give the adapter a convostore.sync store "
     "to call it from other event loops"
@@ -61,7 +72,26 @@ class LoopBridge:
         if home.is_closed() or not home.is_running():
             coroutine.close()
             raise StoreError(_HOME_LOOP_GONE)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, home))
+        abandoned = threading.Event()
+
+        async def unless_abandoned() -> T:
+            if abandoned.is_set():
+                coroutine.close()
+                raise asyncio.CancelledError
+            return await coroutine
+
+        future = asyncio.run_coroutine_threadsafe(unless_abandoned(), home)
+        waiting = asyncio.wrap_future(future)
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=PATIENCE)
+            if done:
+                return waiting.result()
+            if _blocked_in_a_callback(home):
+                # It may wait for this very call, and never run it: say so, and make sure
+                # the call does nothing when the loop gets to it.
+                abandoned.set()
+                future.cancel()
+                raise StoreError(_HOME_LOOP_BLOCKED)
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the home loop and wait for it (a blocking method)."""
@@ -83,6 +113,20 @@ class LoopBridge:
                 raise StoreError(_HOME_LOOP_GONE)
             return home.run_until_complete(coroutine)
         return asyncio.run_coroutine_threadsafe(coroutine, home).result()
+
+
+def _blocked_in_a_callback(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop``'s thread is inside one of its callbacks, waiting on a thread or a
+    future: a loop blocked so runs nothing else until that wait ends."""
+    thread_id = getattr(loop, "_thread_id", None)
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    if frame is None or (Path(frame.f_code.co_filename).name, frame.f_code.co_name) not in _WAITS:
+        return False
+    while frame is not None:
+        if frame.f_code.co_name == "_run_once" and frame.f_locals.get("self") is loop:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
