@@ -38,7 +38,7 @@ from tests.integrations.upstream import (
     deselect,
 )
 
-COMMIT = "d9f4d3d2"
+COMMIT = "d9f4d3d288257593471fc708a9ab851779005ca5"
 PACKAGE = "adk_upstream"
 FILES = (
     "tests/unittests/__init__.py",
@@ -73,7 +73,7 @@ def _source() -> tuple[Path, str | None]:
 class AdkSessionSuite(UpstreamSuite):
     def modules(self) -> list[Path]:
         source, commit = _source()
-        target = CACHE / f"adk-python-tests-{COMMIT}" / PACKAGE
+        target = CACHE / f"adk-python-tests-{COMMIT[:8]}" / PACKAGE
         if not (target / "unittests" / "sessions" / "test_session_service.py").is_file():
             staging = target.with_name(target.name + f".{os.getpid()}")
             copy_files(source, commit, FILES, staging)
