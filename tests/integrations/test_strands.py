@@ -7,17 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from strands import Agent, tool
 from strands.models import Model
+from strands.session.file_session_manager import FileSessionManager
 from strands.session.repository_session_manager import RepositorySessionManager
 from strands.types.exceptions import SessionException
 from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
 
 import convostore.sync
 from convostore import EventFilter, Message, Role, Store
+from convostore.cli import main
+from convostore.integrations.importers import ImportSourceError, import_strands_files
 from convostore.integrations.strands import (
     ConvostoreSessionManager,
     ConvostoreSessionRepository,
@@ -208,3 +212,68 @@ class _MultiAgent:
 
     def serialize_state(self) -> dict[str, Any]:
         return {"id": self.id, "state": self.state}
+
+
+def _file_sessions(folder: Path) -> FileSessionManager:
+    """Two sessions Strands' own FileSessionManager writes: an agent run with a tool
+    call, a multi-agent's state, and a second, short one."""
+    manager = FileSessionManager(session_id="trip", storage_dir=str(folder))
+    _agent(manager, ScriptedModel(_script())).__call__("Weather in Oslo?")
+    manager.create_multi_agent("trip", _MultiAgent("swarm", {"step": 3}))  # type: ignore[arg-type]
+    other = FileSessionManager(session_id="hello", storage_dir=str(folder))
+    _agent(other, ScriptedModel([[{"text": "Hi."}]])).__call__("Hello")
+    return manager
+
+
+async def test_strands_files_import(store: Store, tmp_path: Path) -> None:
+    files = _file_sessions(tmp_path / "sessions")
+    seen: list[tuple[int, int, str]] = []
+    report = await import_strands_files(
+        tmp_path / "sessions", store, progress=lambda *a: seen.append(a)
+    )
+    assert sorted(report.imported) == ["hello", "trip"]
+    assert seen[-1][:2] == (2, 2)
+    # Read back through the adapter (on another thread, as Strands calls it): equal.
+    repository = ConvostoreSessionRepository(store)
+    got = await asyncio.to_thread(repository.list_messages, "trip", "helper")
+    assert got == files.list_messages("trip", "helper")
+    assert await asyncio.to_thread(repository.read_agent, "trip", "helper") == files.read_agent(
+        "trip", "helper"
+    )
+    assert await repository.aread_multi_agent("trip", "swarm") == {
+        "id": "swarm",
+        "state": {"step": 3},
+    }
+    part = await store.find_part("trip", agent_user("helper"))
+    assert part is not None
+    tool = [e for e in await store.messages(part.id) if e.role == Role.TOOL]
+    assert [(m.tool_call_id, m.content) for m in tool] == [("t1", "sunny in Oslo")]
+    again = await import_strands_files(tmp_path / "sessions", store)
+    assert (again.events_written, sorted(again.unchanged)) == (0, ["hello", "trip"])
+
+
+async def test_a_corrupt_strands_session_stops_the_import(store: Store, tmp_path: Path) -> None:
+    _file_sessions(tmp_path / "sessions")
+    broken = tmp_path / "sessions" / "session_trip" / "agents" / "agent_helper" / "messages"
+    (broken / "message_2.json").write_text("{broken")
+    with pytest.raises(ImportSourceError) as raised:
+        await import_strands_files(tmp_path / "sessions", store)
+    report = raised.value.report
+    assert report is not None
+    assert (report.imported, report.failed_session) == (["hello"], "trip")
+    assert await store.get_session("trip") is None
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "notes.txt").write_text("no sessions here")
+    with pytest.raises(ImportSourceError, match="not a Strands FileSessionManager directory"):
+        await import_strands_files(tmp_path / "elsewhere", store)
+
+
+def test_strands_files_import_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _file_sessions(tmp_path / "sessions")
+    url = f"sqlite:///{tmp_path / 'convostore.db'}"
+    assert main(["import", "strands-files", str(tmp_path / "sessions"), "--to", url]) == 0
+    out, err = capsys.readouterr()
+    assert "2 session(s) imported" in out
+    assert "] 2/2" in err
+    assert main(["import", "strands-files", str(tmp_path / "sessions"), "--to", url]) == 0
+    assert "0 event(s) written" in capsys.readouterr().out

@@ -75,4 +75,7 @@ IMPORT_FORMATS: dict[str, ImportFormat] = {
     "langchain-sql": ImportFormat(
         "a LangChain SQLChatMessageHistory SQLite database", _import_framework
     ),
+    "strands-files": ImportFormat(
+        "a Strands Agents FileSessionManager directory", _import_framework
+    ),
 }

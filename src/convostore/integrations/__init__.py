@@ -5,7 +5,9 @@ from those frameworks' own stores.
 - `convostore.integrations.adk.ConvostoreSessionService` (extra ``adk``)
 - `convostore.integrations.langchain.ConvostoreChatMessageHistory` (extra ``langchain``)
 - `convostore.integrations.langgraph.ConvostoreSaver` (extra ``langgraph``)
-- `convostore.integrations.importers`: ``openai-sqlite``, ``adk-db``, ``langchain-sql``
+- `convostore.integrations.strands.ConvostoreSessionRepository` (extra ``strands``)
+- `convostore.integrations.importers`: ``openai-sqlite``, ``adk-db``, ``langchain-sql``,
+  ``strands-files``
 
 Each adapter takes a store of any backend and uses only its public API, so a session
 written through one is readable through the store and the other adapters. Nothing here

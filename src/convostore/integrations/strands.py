@@ -33,12 +33,18 @@ async store they run on that store's loop, so they must be called from another t
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from convostore.errors import SessionExistsError, StaleObjectError, StoreError
+from convostore.errors import (
+    EventIdConflictError,
+    SessionExistsError,
+    StaleObjectError,
+    StoreError,
+)
 from convostore.filters import EventFilter
 from convostore.ids import new_id
 from convostore.integrations._common import (
@@ -88,6 +94,7 @@ SESSION_KIND = "strands"
 AGENT_KIND = "strands.agent"
 MULTI_AGENT_KIND = "strands.multi_agent"
 _MESSAGES = EventFilter(active_view=True, types=(MESSAGE,))
+_MESSAGE_IDS = uuid.UUID("7c1e9b24-3a5f-4d8e-b6c2-9f0a1d3e5b47")
 
 
 def agent_user(agent_id: str) -> User:
@@ -235,7 +242,24 @@ class ConvostoreSessionRepository(SessionRepository):
         self, session_id: str, agent_id: str, session_message: SessionMessage
     ) -> None:
         part = await self._require_agent(session_id, agent_id)
-        await append_all(self.store, part.id, message_writes(agent_id, session_message))
+        writes = message_writes(agent_id, session_message, part.id)
+        try:
+            await append_all(self.store, part.id, writes)
+        except EventIdConflictError as error:
+            raise SessionException(
+                f"Message {session_message.message_id} already exists in agent {agent_id} "
+                f"in session {session_id}"
+            ) from error
+
+    async def acreate_messages(
+        self, session_id: str, agent_id: str, session_messages: Sequence[SessionMessage]
+    ) -> None:
+        """Append several messages of one agent in one all-or-nothing write."""
+        if not session_messages:
+            return
+        part = await self._require_agent(session_id, agent_id)
+        writes = [w for m in session_messages for w in message_writes(agent_id, m, part.id)]
+        await append_all(self.store, part.id, writes)
 
     async def aread_message(
         self, session_id: str, agent_id: str, message_id: int
@@ -363,10 +387,14 @@ class ConvostoreSessionManager(RepositorySessionManager, ConvostoreSessionReposi
         )
 
 
-def message_writes(agent_id: str, session_message: SessionMessage) -> list[MessageWrite]:
+def message_writes(
+    agent_id: str, session_message: SessionMessage, part_id: str | None = None
+) -> list[MessageWrite]:
     """The writes that store one Strands message: its text, tool uses as tool calls of
     an assistant message, each tool result a tool message; the first keeps the message
-    whole (in Strands' JSON form), the others name the same index."""
+    whole (in Strands' JSON form), the others name the same index. With ``part_id`` (the
+    agent's part) their ids come from it and the index, so writing the message again is
+    refused as a repeat."""
     whole = _json(session_message.to_dict())
     message = session_message.to_message()
     index = session_message.message_id
@@ -405,6 +433,9 @@ def message_writes(agent_id: str, session_message: SessionMessage) -> list[Messa
     return [
         replace(
             write,
+            id=str(uuid.uuid5(_MESSAGE_IDS, f"{part_id}\0{index}\0{position}"))
+            if part_id is not None
+            else None,
             metadata={
                 KEY: {"agent_id": agent_id, "message_id": index, "message": whole}
                 if position == 0

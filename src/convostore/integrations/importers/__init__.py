@@ -6,7 +6,9 @@
 - ``adk-db``: Google ADK's `DatabaseSessionService` SQLite databases
   (`import_adk_db`, extra ``adk``);
 - ``langchain-sql``: LangChain's `SQLChatMessageHistory` tables in SQLite
-  (`import_langchain_sql`, extra ``langchain``).
+  (`import_langchain_sql`, extra ``langchain``);
+- ``strands-files``: Strands Agents' `FileSessionManager` directories
+  (`import_strands_files`, extra ``strands``).
 
 Each reads the peer's file read-only and writes its sessions with their original ids,
 order and times (where the peer keeps them), as the matching adapter writes them, one
@@ -37,9 +39,10 @@ __all__ = [
     "import_langchain_sql",
     "import_openai_sqlite",
     "import_source",
+    "import_strands_files",
 ]
 
-FORMATS = ("openai-sqlite", "adk-db", "langchain-sql")
+FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "strands-files")
 
 
 async def import_openai_sqlite(
@@ -69,10 +72,20 @@ async def import_langchain_sql(
     return await run(source, store, progress=progress, **options)
 
 
+async def import_strands_files(
+    source: str | Path, store: Store, *, progress: Progress | None = None
+) -> ImportReport:
+    """See `convostore.integrations.importers.strands_files.import_strands_files`."""
+    from convostore.integrations.importers.strands_files import import_strands_files as run
+
+    return await run(source, store, progress=progress)
+
+
 _IMPORTERS: dict[str, Callable[..., Awaitable[ImportReport]]] = {
     "openai-sqlite": import_openai_sqlite,
     "adk-db": import_adk_db,
     "langchain-sql": import_langchain_sql,
+    "strands-files": import_strands_files,
 }
 
 
