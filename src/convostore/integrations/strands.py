@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from convostore.errors import (
     EventIdConflictError,
     SessionExistsError,
+    SessionNotFoundError,
     StaleObjectError,
     StoreError,
 )
@@ -117,6 +118,9 @@ class ConvostoreSessionRepository(SessionRepository):
     def __init__(self, store: Store | SyncStore) -> None:
         self._runner = StoreRunner(store)
         self.store: Store = self._runner.store
+        # The part of each (session, agent) that holds messages: a part's id never
+        # changes, so appending a message needs no lookup once it is known.
+        self._part_ids: dict[tuple[str, str], str] = {}
 
     # ------------------------------------------------------------------ blocking
 
@@ -216,6 +220,8 @@ class ConvostoreSessionRepository(SessionRepository):
         if await self.aread_session(session_id) is None:
             raise SessionException(f"Session {session_id} does not exist")
         await self.store.delete_session(session_id)
+        for key in [key for key in self._part_ids if key[0] == session_id]:
+            del self._part_ids[key]
 
     # ------------------------------------------------------------------ agents
 
@@ -241,10 +247,13 @@ class ConvostoreSessionRepository(SessionRepository):
     async def acreate_message(
         self, session_id: str, agent_id: str, session_message: SessionMessage
     ) -> None:
-        part = await self._require_agent(session_id, agent_id)
-        writes = message_writes(agent_id, session_message, part.id)
+        part_id = await self._part_id(session_id, agent_id)
+        writes = message_writes(agent_id, session_message, part_id)
         try:
-            await append_all(self.store, part.id, writes)
+            await append_all(self.store, part_id, writes)
+        except SessionNotFoundError as error:
+            self._part_ids.pop((session_id, agent_id), None)
+            raise SessionException(f"Session {session_id} does not exist") from error
         except EventIdConflictError as error:
             raise SessionException(
                 f"Message {session_message.message_id} already exists in agent {agent_id} "
@@ -342,6 +351,14 @@ class ConvostoreSessionRepository(SessionRepository):
     async def _agent_part(self, session_id: str, agent_id: str) -> StoredSession | None:
         part = await self.store.find_part(session_id, agent_user(agent_id))
         return part if part is not None and "agent" in _form(part) else None
+
+    async def _part_id(self, session_id: str, agent_id: str) -> str:
+        known = self._part_ids.get((session_id, agent_id))
+        if known is None:
+            known = self._part_ids[(session_id, agent_id)] = (
+                await self._require_agent(session_id, agent_id)
+            ).id
+        return known
 
     async def _require_agent(self, session_id: str, agent_id: str) -> StoredSession:
         part = await self._agent_part(session_id, agent_id)
