@@ -333,3 +333,32 @@ async def test_an_event_and_its_state_are_one_write(store: Store) -> None:
     final = await service.get_session(app_name="app", user_id="u", session_id="s1")
     assert final is not None
     assert final.state == {"step": 99, "app:theme": "dark"}
+
+
+async def test_a_redelivered_event_is_stored_once_and_another_under_its_id_too(
+    store: Store,
+) -> None:
+    service = ConvostoreSessionService(store)
+    session = await service.create_session(app_name="app", user_id="u", session_id="s1")
+    event = Event(
+        invocation_id="i",
+        author="user",
+        actions=EventActions(state_delta={"counter": 1, "user:seen": 1}),
+    )
+    await service.append_event(session, event)
+    await service.append_event(session, event)
+    await service.append_event(session, event.model_copy(deep=True))
+    other = Event(id=event.id, invocation_id="j", author="agent")
+    await service.append_event(session, other)
+    got = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert got is not None
+    assert [(e.id, e.author) for e in got.events] == [(event.id, "user"), (event.id, "agent")]
+    assert got.state == {"counter": 1, "user:seen": 1}
+    # A stale session object re-delivering a stored event writes nothing either.
+    stale = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert stale is not None
+    await service.append_event(session, _text_event("user", "moves on", time.time()))
+    await service.append_event(stale, event)
+    again = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert again is not None
+    assert len(again.events) == 3

@@ -42,10 +42,11 @@ import json
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from convostore.errors import SessionExistsError
+from convostore.errors import EventIdConflictError, SessionExistsError
 from convostore.errors import SessionNotFoundError as ConvostoreSessionNotFoundError
 from convostore.filters import EventFilter
 from convostore.integrations._common import (
@@ -241,9 +242,26 @@ class ConvostoreSessionService(BaseSessionService):
         app_delta, user_delta, session_delta = _split_state(delta)
         state = {**state, **session_delta}
         write = adk_event_to_write(stored_id, event)
-        writes = [write, session_state_write(write.id, state, event.timestamp)]
-        if not await self.store.append_events(stored_id, writes, expected_version=version):
+        for attempt in range(2):
+            writes = [write, session_state_write(write.id, state, event.timestamp)]
+            try:
+                applied = await self.store.append_events(stored_id, writes, version)
+            except EventIdConflictError:
+                applied = False
+            if applied:
+                break
             self._known.pop(stored_id, None)
+            stored = await self._stored_event(stored_id, write.id)
+            if stored is not None and _same_event(stored, event):
+                # A re-delivery (the same event again): nothing is written twice and
+                # the state is not applied twice; what the first delivery left to do
+                # (the shared state) is completed, idempotently.
+                await self._add_shared_state(session, write.id, app_delta, user_delta)
+                return event
+            if stored is not None and attempt == 0:
+                # Another event under an id already stored: it gets an id of its own.
+                write = replace(write, id=str(uuid.uuid4()))
+                continue
             if await self.store.get_session(stored_id) is None:
                 raise AdkSessionNotFoundError(f"Session {session.id} not found.")
             raise StaleSessionError(
@@ -251,14 +269,31 @@ class ConvostoreSessionService(BaseSessionService):
                 "again with get_session and retry."
             )
         self._remember(stored_id, version + 1, state)
-        origin = f"event\0{write.id}"
+        await self._add_shared_state(session, write.id, app_delta, user_delta)
+        session._storage_update_marker = str(version + 1)
+        session.last_update_time = event.timestamp
+        return self._commit_event_to_session(session, event)
+
+    async def _add_shared_state(
+        self,
+        session: Session,
+        event_id: str | None,
+        app_delta: Mapping[str, Any],
+        user_delta: Mapping[str, Any],
+    ) -> None:
+        origin = f"event\0{event_id}"
         await self.add_holder_delta(app_holder_id(session.app_name), app_delta, origin)
         await self.add_holder_delta(
             user_holder_id(session.app_name, session.user_id), user_delta, origin
         )
-        session._storage_update_marker = str(version + 1)
-        session.last_update_time = event.timestamp
-        return self._commit_event_to_session(session, event)
+
+    async def _stored_event(self, stored_id: str, event_id: str | None) -> Event | None:
+        if event_id is None:
+            return None
+        for stored in await self.store.read(stored_id, EventFilter(types=_EVENT_TYPES)):
+            if stored.id == event_id:
+                return stored
+        return None
 
     # ------------------------------------------------------------------ holders
 
@@ -484,6 +519,11 @@ def event_to_adk_event(event: Event) -> AdkEvent | None:
         content=types.Content(role=role, parts=parts),
         timestamp=event.created_at.timestamp(),
     )
+
+
+def _same_event(stored: Event, event: AdkEvent) -> bool:
+    found = event_to_adk_event(stored)
+    return found is not None and found.model_dump(mode="json") == event.model_dump(mode="json")
 
 
 def session_kind(app_name: str) -> str:
