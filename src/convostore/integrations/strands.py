@@ -412,7 +412,7 @@ def message_writes(
     whole (in Strands' JSON form), the others name the same index. With ``part_id`` (the
     agent's part) their ids come from it and the index, so writing the message again is
     refused as a repeat."""
-    whole = _json(session_message.to_dict())
+    whole = session_message.to_dict()
     message = session_message.to_message()
     index = session_message.message_id
     created_at = _time(session_message.created_at)
@@ -420,46 +420,36 @@ def message_writes(
     texts = [str(b["text"]) for b in blocks if "text" in b]
     uses = [b["toolUse"] for b in blocks if isinstance(b.get("toolUse"), Mapping)]
     results = [b["toolResult"] for b in blocks if isinstance(b.get("toolResult"), Mapping)]
-    writes: list[MessageWrite] = []
-    for result in results:
-        writes.append(
-            MessageWrite(
-                Role.TOOL,
-                _result_text(result),
-                tool_call_id=str(result.get("toolUseId", "")),
-                created_at=created_at,
-            )
-        )
+    # (role, content, author, tool calls, tool call id) of each write, in log order.
+    parts: list[tuple[Role, str, User | None, list[ToolCall], str | None]] = [
+        (Role.TOOL, _result_text(r), None, [], str(r.get("toolUseId", ""))) for r in results
+    ]
     if message.get("role") == "assistant":
         calls = [
             ToolCall(str(u.get("toolUseId", "")), str(u.get("name", "")), _json(u.get("input")))
             for u in uses
         ]
-        writes.insert(
-            0,
-            MessageWrite(
-                Role.ASSISTANT,
-                "\n".join(texts),
-                author=agent_user(agent_id),
-                tool_calls=calls,
-                created_at=created_at,
-            ),
-        )
-    elif texts or not writes:
-        writes.append(MessageWrite(Role.USER, "\n".join(texts), created_at=created_at))
+        parts.insert(0, (Role.ASSISTANT, "\n".join(texts), agent_user(agent_id), calls, None))
+    elif texts or not parts:
+        parts.append((Role.USER, "\n".join(texts), None, [], None))
     return [
-        replace(
-            write,
-            id=str(uuid.uuid5(_MESSAGE_IDS, f"{part_id}\0{index}\0{position}"))
-            if part_id is not None
-            else None,
+        MessageWrite(
+            role,
+            content,
+            author=author,
+            tool_calls=calls,
+            tool_call_id=call_id,
+            created_at=created_at,
+            id=None
+            if part_id is None
+            else str(uuid.uuid5(_MESSAGE_IDS, f"{part_id}\0{index}\0{position}")),
             metadata={
                 KEY: {"agent_id": agent_id, "message_id": index, "message": whole}
                 if position == 0
                 else {"agent_id": agent_id, "message_id": index, "part": position}
             },
         )
-        for position, write in enumerate(writes)
+        for position, (role, content, author, calls, call_id) in enumerate(parts)
     ]
 
 
