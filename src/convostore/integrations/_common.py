@@ -81,8 +81,8 @@ async def append_all(store: Store, session_id: str, writes: Sequence[AnyWrite]) 
 
 def copy_write(event: Event, *, synthetic: bool | None = None) -> AnyWrite:
     """A new write that repeats ``event`` (new id, same time, branch and metadata; a
-    message keeps its author, recipients, reply, tool calls, attachments, data, assets,
-    narration and vector)."""
+    message keeps its author, recipients, reply, tool calls, attachments, data, assets
+    and vector; narration, which a write cannot carry, is not repeated)."""
     flag = event.synthetic if synthetic is None else synthetic
     if isinstance(event, Message):
         return MessageWrite(

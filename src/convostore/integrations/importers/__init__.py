@@ -8,7 +8,9 @@
 - ``langchain-sql``: LangChain's `SQLChatMessageHistory` tables in SQLite
   (`import_langchain_sql`, extra ``langchain``);
 - ``strands-files``: Strands Agents' `FileSessionManager` directories
-  (`import_strands_files`, extra ``strands``).
+  (`import_strands_files`, extra ``strands``);
+- ``llamaindex-sql``: LlamaIndex's `SQLAlchemyChatStore` tables in SQLite (what
+  `Memory` keeps its queue in; `import_llamaindex_sql`, extra ``llama-index``).
 
 Each reads the peer's file read-only and writes its sessions with their original ids,
 order and times (where the peer keeps them), as the matching adapter writes them, one
@@ -37,12 +39,13 @@ __all__ = [
     "Progress",
     "import_adk_db",
     "import_langchain_sql",
+    "import_llamaindex_sql",
     "import_openai_sqlite",
     "import_source",
     "import_strands_files",
 ]
 
-FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "strands-files")
+FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "strands-files", "llamaindex-sql")
 
 
 async def import_openai_sqlite(
@@ -81,11 +84,21 @@ async def import_strands_files(
     return await run(source, store, progress=progress)
 
 
+async def import_llamaindex_sql(
+    source: str | Path, store: Store, *, progress: Progress | None = None, **options: Any
+) -> ImportReport:
+    """See `convostore.integrations.importers.llamaindex_sql.import_llamaindex_sql`."""
+    from convostore.integrations.importers.llamaindex_sql import import_llamaindex_sql as run
+
+    return await run(source, store, progress=progress, **options)
+
+
 _IMPORTERS: dict[str, Callable[..., Awaitable[ImportReport]]] = {
     "openai-sqlite": import_openai_sqlite,
     "adk-db": import_adk_db,
     "langchain-sql": import_langchain_sql,
     "strands-files": import_strands_files,
+    "llamaindex-sql": import_llamaindex_sql,
 }
 
 
