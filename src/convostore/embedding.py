@@ -13,14 +13,15 @@ import hashlib
 import itertools
 import logging
 import math
-import re
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from convostore._text import text_tokens
+from convostore.backends.spi import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError, ReembedIncompleteError
-from convostore.model import Role
+from convostore.ids import new_stamp
+from convostore.model import ReembedReport, Role
 
 if TYPE_CHECKING:
     from convostore.store import Store
@@ -45,7 +46,6 @@ __all__ = [
 
 log = logging.getLogger("convostore.embedding")
 
-Metric = Literal["cosine", "euclidean"]
 DEFAULT_EMBEDDED_ROLES: tuple[Role, ...] = (Role.USER, Role.ASSISTANT, Role.TOOL)
 
 
@@ -69,47 +69,6 @@ class EmbeddingFailed:
     message_id: str
     role: Role
     cause: BaseException
-
-
-@dataclass(frozen=True, slots=True)
-class ReembedReport:
-    """What `Store.reembed` did: how many messages it embedded, and whether it
-    recreated the vector index (a new model or width)."""
-
-    messages: int
-    index_recreated: bool
-
-
-@dataclass(frozen=True, slots=True)
-class VectorIndexSpec:
-    """The vector index a store keeps, declared from its embedder."""
-
-    dimensions: int
-    metric: Metric
-    model: str
-
-    @classmethod
-    def of(cls, embedder: Embedder) -> VectorIndexSpec:
-        declared = getattr(embedder, "metric", "cosine")
-        if declared not in ("cosine", "euclidean"):
-            raise InvalidArgumentError(f"unknown vector metric {declared!r}")
-        metric: Metric = "cosine" if declared == "cosine" else "euclidean"
-        dimensions = embedder.dimensions
-        if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1:
-            raise InvalidArgumentError("an embedder's dimensions must be a positive integer")
-        if not isinstance(embedder.name, str) or not embedder.name.strip():
-            raise InvalidArgumentError("an embedder's name must be a non-blank string")
-        return cls(dimensions, metric, embedder.name)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingEmbedding:
-    """A message that has no vector of the current model."""
-
-    message_id: str
-    session_id: str
-    role: Role
-    content: str
 
 
 class RoleFilteringEmbedder:
@@ -161,21 +120,6 @@ def check_vectors(vectors: Any, expected: int, dimensions: int) -> list[tuple[fl
             raise ValueError("the embedder returned a vector with a non-finite value")
         checked.append(values)
     return checked
-
-
-_WORD = re.compile(r"[^\W_]+")
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
-
-
-def text_tokens(text: str) -> list[str]:
-    """Lowercase words without diacritics: how text search splits text everywhere."""
-    if text.isascii():
-        # The same words, faster: ASCII has no diacritics, its case folding is lower(),
-        # and its word characters other than "_" are letters and digits.
-        return _ASCII_WORD.findall(text.lower())
-    folded = unicodedata.normalize("NFKD", text.casefold())
-    stripped = "".join(c for c in folded if not unicodedata.combining(c))
-    return _WORD.findall(stripped)
 
 
 class HashingEmbedder:
@@ -289,7 +233,7 @@ async def reembed(
             run.skipped += len(page) - len(wanted)
             embedded = await run.embed(wanted)
             if embedded:
-                await store.backend.set_embeddings(spec.model, embedded)
+                await store.backend.set_embeddings(spec.model, embedded, new_stamp())
                 run.embedded += len(embedded)
             if on_progress is not None:
                 on_progress(min(total, run.embedded + len(run.failed) + run.skipped), total)

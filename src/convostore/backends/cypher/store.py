@@ -33,7 +33,15 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.backends.spi import (
+    AppendOutcome,
+    Metric,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SessionChanges,
+    VectorIndexSpec,
+)
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -60,7 +68,6 @@ from convostore.model import (
     SessionSummary,
     User,
 )
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges, new_stamp
 
 __all__ = ["CypherBackend"]
 
@@ -229,7 +236,7 @@ class CypherBackend(Backend):
         raise StoreError(f"the append to session {append.session_id!r} kept racing; try again")
 
     async def _refusal(self, append: PreparedAppend, required: list[str]) -> AppendOutcome | None:
-        """Why an append wrote nothing, in the order `Store._append` gives; None when
+        """Why an append wrote nothing, in the order `Backend.append` gives; None when
         nothing is wrong any more (it raced another write)."""
         parameters = {"session_id": append.session_id, "required_users": required}
         version, missing = (await self._run(q.APPEND_REFUSAL, parameters, write=False))[0]
@@ -296,10 +303,10 @@ class CypherBackend(Backend):
         return int(rows[0][0])
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
         items = [
-            {"id": message_id, "vector": list(vector), "stamp": new_stamp()}
+            {"id": message_id, "vector": list(vector), "stamp": stamp}
             for message_id, vector in vectors
         ]
         await self._run(self.queries.set_embeddings, {"model": model, "items": items}, write=True)

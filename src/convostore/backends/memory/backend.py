@@ -14,7 +14,9 @@ from datetime import datetime
 from typing import Any, Self
 
 from convostore._json import indexable
+from convostore._text import text_tokens
 from convostore._vectors import as_matrix, top_k
+from convostore.backends.decisions import owned_by_parent
 from convostore.backends.interface import (
     Backend,
     Capabilities,
@@ -26,7 +28,14 @@ from convostore.backends.interface import (
 )
 from convostore.backends.memory.indexes import SessionIndexes, SessionRecord, listed
 from convostore.backends.memory.view import LogView
-from convostore.embedding import PendingEmbedding, VectorIndexSpec, text_tokens
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SessionChanges,
+    VectorIndexSpec,
+)
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -46,14 +55,6 @@ from convostore.model import (
     SessionFilter,
     SessionSummary,
     User,
-)
-from convostore.prepare import (
-    AppendOutcome,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-    new_stamp,
-    owned_by_parent,
 )
 
 __all__ = ["MemoryBackend"]
@@ -429,7 +430,7 @@ class MemoryBackend(Backend):
             return len(self._pending(model, roles))
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
         with self._lock:
             for message_id, vector in vectors:
@@ -441,7 +442,7 @@ class MemoryBackend(Backend):
                 event = record.log[index]
                 if isinstance(event, Message):
                     record.log[index] = replace(
-                        event, embedding=vector, embedding_model=model, stamp=new_stamp()
+                        event, embedding=vector, embedding_model=model, stamp=stamp
                     )
 
     def _searchable(self, scope: SearchScope) -> list[Message]:

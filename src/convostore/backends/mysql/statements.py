@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from convostore._text import text_tokens
 from convostore._time import to_micros
 from convostore.backends.mysql.schema import TOKEN_PREFIX, VALUE_PREFIX_LENGTH
+from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.appends import append_statements
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
@@ -35,9 +37,7 @@ from convostore.backends.sql.values import (
     vector_blob,
 )
 from convostore.backends.sql.writes import KeyStatements, SessionWrites
-from convostore.embedding import text_tokens
 from convostore.model import Message
-from convostore.prepare import NewSession, PreparedEvent
 
 # What an insert writes beyond the fields read back: the text filter's and the text
 # index's forms of the content.

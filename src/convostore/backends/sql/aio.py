@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Generic, TypeVar
 
+from convostore.backends.spi import PendingEmbedding, VectorIndexSpec
 from convostore.backends.sql import writes
 from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.backends.sql.writes import KeyStatements
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import StoreError
 from convostore.model import Role
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from convostore._time import to_micros
+from convostore.backends.spi import AppendOutcome, PreparedAppend, PreparedEvent
 from convostore.backends.sql import decisions
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.statements import EVENT_FIELDS, columns
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.backends.sql.writes import SessionWrites, insert_users, require_users
 from convostore.errors import StoreError
-from convostore.prepare import AppendOutcome, PreparedAppend, PreparedEvent
 
 __all__ = ["AppendStatements", "append", "append_statements"]
 

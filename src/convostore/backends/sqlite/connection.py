@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, TypeVarTuple, cast
 
+from convostore._text import text_tokens
 from convostore.backends.sqlite.url import SQLiteTarget
-from convostore.embedding import text_tokens
 
 __all__ = [
     "BLANK_FUNCTION",
