@@ -143,11 +143,14 @@ async def drive(driver: Driver[C], connection: C, steps: Steps[T]) -> T:
             answer = None
         else:
             try:
-                answer = await driver.execute(connection, statement, parameters)
+                changed = await driver.execute(connection, statement, parameters)
             except Exception as error:
                 if query.answer != "insert" or not driver.duplicate(error):
                     raise
                 answer = False
+            else:
+                # As `convostore.backends.sql.steps.drive` answers: an insert, True.
+                answer = changed if query.answer == "count" else True
 
 
 async def in_transaction(

@@ -20,10 +20,9 @@ from convostore.backends.sql.decisions import (
     replay_or_conflict,
     unconfirmed_users,
 )
-from convostore.backends.sql.steps import drive
+from convostore.backends.sql.steps import RollbackAndReturn, drive
 from convostore.backends.sql.values import json_list
 from convostore.backends.sqlite import statements as sql
-from convostore.backends.sqlite.connection import RollbackAndReturn
 from convostore.backends.sqlite.event_cache import EventCache, read_through
 from convostore.backends.sqlite.rows import (
     event_from_row,
