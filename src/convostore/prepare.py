@@ -26,7 +26,7 @@ from convostore.backends.spi import PreparedEvent as PreparedEvent
 from convostore.backends.spi import SessionChanges as SessionChanges
 from convostore.cursors import decode_cursor
 from convostore.errors import EventIdConflictError, InvalidArgumentError
-from convostore.filters import parse_role, validate_branch, validate_event_type
+from convostore.fields import parse_role, validate_branch, validate_event_type
 from convostore.ids import new_id
 from convostore.ids import new_stamp as new_stamp
 from convostore.model import (
