@@ -62,8 +62,13 @@ class CypherDialect:
     - ``transactions``: ``"one-query"`` when each query is its own atomic transaction
       and writes to a graph run one at a time (FalkorDB), so every write operation is
       written as one query; ``"explicit"`` when the driver opens transactions.
-    - ``vector_similarity``: the functions that score two vectors in a query, by metric
-      (for a scan where no vector index serves), each giving a distance.
+    - ``distance_templates``: the functions that score two vectors in a query, by metric
+      (for a scan where no vector index serves, and for the nodes a vector index gives),
+      each giving a distance.
+    - ``lock_template``: the clause that takes a write lock on a node (``{alias}``) before
+      a write checks what it read of it; empty where writes never interleave.
+    - ``fulltext_separator``: what joins the quoted terms of a full-text query so that a
+      node must hold every one.
     """
 
     name: str
@@ -77,6 +82,8 @@ class CypherDialect:
     vector_value_template: str
     distance_templates: dict[Metric, str]
     metric_names: dict[Metric, str]
+    lock_template: str = ""
+    fulltext_separator: str = " "
 
     def range_index(self, label: str, prop: str) -> str:
         """DDL of a range (exact match and range) index on one property."""
@@ -93,7 +100,7 @@ class CypherDialect:
 
     def fulltext_terms(self, terms: tuple[str, ...]) -> str:
         """The query text that asks for nodes holding every term, each exactly."""
-        return " ".join(f'"{term}"' for term in terms)
+        return self.fulltext_separator.join(f'"{term}"' for term in terms)
 
     def vector_index(self, label: str, prop: str, dimensions: int, metric: Metric) -> str:
         if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1:
@@ -105,14 +112,25 @@ class CypherDialect:
     def drop_vector_index(self, label: str, prop: str) -> str:
         return self.drop_vector_index_template.format(label=label, prop=prop)
 
-    def vector_query(self, label: str, prop: str, k_parameter: str, vector_parameter: str) -> str:
-        """A clause yielding ``node`` and ``score`` (a distance) for the nearest nodes."""
+    def vector_query(
+        self, label: str, prop: str, k_parameter: str, vector_parameter: str, metric: Metric
+    ) -> str:
+        """A clause yielding ``node`` and ``score`` (a distance) for the nearest nodes.
+        A template whose procedure gives a similarity of its own scores the nodes with
+        ``{distance}``, the metric's distance from each node's vector to the query's."""
+        vector = self.vector_value("$" + vector_parameter)
         return self.vector_query_template.format(
             label=label,
             prop=prop,
             k=k_parameter,
-            vector=self.vector_value("$" + vector_parameter),
+            vector=vector,
+            distance=self.distance(metric, f"node.{prop}", vector),
         )
+
+    def lock(self, alias: str) -> str:
+        """A clause (empty, or with a leading space) that write-locks the node ``alias``
+        until the transaction ends; a null ``alias`` locks nothing."""
+        return self.lock_template.format(alias=alias)
 
     def vector_value(self, expression: str) -> str:
         """An expression turning a list of floats into a stored vector."""
