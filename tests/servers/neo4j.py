@@ -23,7 +23,9 @@ tests at an existing server instead (``neo4j://neo4j:password@host:port``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -31,7 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from tests.servers.shared import (
@@ -128,7 +130,7 @@ class Neo4jServer(ServerProcess):
         assert self.directory is not None
         classpath = f"{_CLASSES}:{_CLASSPATH.read_text().strip()}"
         command = [
-            java(), f"-Xmx{_HEAP}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            java(), f"-Xmx{_HEAP}", "-XX:+UseSerialGC",
             "-cp", classpath, "Neo4jLauncher",
             str(self.directory / "home"), str(self.port), PASSWORD,
         ]  # fmt: skip
@@ -209,17 +211,9 @@ TestServer = Neo4jServer | ExternalServer
 def wipe(url: str) -> None:
     """Empty the database ``url`` names: every node goes (in batches), and every vector
     index; the other indexes and the constraints stay."""
-    import neo4j
-
     parts = urlsplit(url)
     database = parts.path.lstrip("/") or None
-    scheme = parts.scheme.replace("neo4j", "bolt")
-    address = f"{scheme}://{parts.hostname}:{parts.port or 7687}"
-    auth = (parts.username or "neo4j", parts.password or "")
-    with (
-        neo4j.GraphDatabase.driver(address, auth=auth) as driver,
-        driver.session(database=database) as session,
-    ):
+    with _driver(url).session(database=database) as session:
         # Batches of their own (an auto-commit transaction), so a large graph goes too.
         session.run(
             "MATCH (n) CALL (n) { DETACH DELETE n } IN TRANSACTIONS OF 10000 ROWS"
@@ -227,6 +221,20 @@ def wipe(url: str) -> None:
         names = [record["name"] for record in session.run("SHOW VECTOR INDEXES YIELD name")]
         for name in names:
             session.run(f"DROP INDEX `{name}` IF EXISTS").consume()
+
+
+@functools.cache
+def _driver(url: str) -> Any:
+    """One driver per server for `wipe` (closed at exit)."""
+    import neo4j
+
+    parts = urlsplit(url)
+    address = f"bolt://{parts.hostname}:{parts.port or 7687}"
+    driver = neo4j.GraphDatabase.driver(
+        address, auth=(parts.username or "neo4j", parts.password or "")
+    )
+    atexit.register(driver.close)
+    return driver
 
 
 _shared = SharedServer(SERVER_URL_VARIABLE, Neo4jServer, default="neo4j")

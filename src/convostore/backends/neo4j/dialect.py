@@ -5,7 +5,9 @@
   Lucene's whitespace analyzer (no stemming or stop words: the tokens are convostore's
   own), and a vector index of the embedder's width and metric.
 - The vector index's procedure scores by a similarity of its own; the nodes it gives
-  are scored again by the metric's distance, from Neo4j's vector functions.
+  are scored again by the metric's distance, from Neo4j's vector functions. It is
+  asked for at least `VECTOR_FETCH_FLOOR` nodes: its search breadth is the number
+  asked for, and ten alone miss one true neighbour in ten.
 - Transactions are explicit (the driver's managed transactions), and writes
   interleave: a write that checks what it read of a session locks the node first
   (setting and removing a property takes the node's write lock until the commit).
@@ -17,9 +19,10 @@ from typing import Final
 
 from convostore.backends.cypher.dialect import CypherDialect
 
-__all__ = ["FULLTEXT_INDEX", "NEO4J", "VECTOR_INDEX"]
+__all__ = ["FULLTEXT_INDEX", "NEO4J", "VECTOR_FETCH_FLOOR", "VECTOR_INDEX"]
 
 FULLTEXT_INDEX: Final = "convostore_message_search_text"
+VECTOR_FETCH_FLOOR: Final = 100
 VECTOR_INDEX: Final = "convostore_message_embedding"
 
 
@@ -42,7 +45,9 @@ NEO4J: Final = CypherDialect(
     ),
     drop_vector_index_template=f"DROP INDEX {VECTOR_INDEX} IF EXISTS",
     vector_query_template=(
-        f"CALL db.index.vector.queryNodes('{VECTOR_INDEX}', ${{k}}, {{vector}}) YIELD node"
+        f"CALL db.index.vector.queryNodes('{VECTOR_INDEX}',"
+        f" CASE WHEN ${{k}} < {VECTOR_FETCH_FLOOR} THEN {VECTOR_FETCH_FLOOR} ELSE ${{k}} END,"
+        " {vector}) YIELD node"
         " WITH node, {distance} AS score"
     ),
     vector_value_template="{expression}",

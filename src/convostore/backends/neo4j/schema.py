@@ -18,7 +18,7 @@ from convostore._json import indexable, loads
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.values import metadata_entry
 from convostore.backends.migrations import refuse_newer
-from convostore.backends.neo4j.dialect import NEO4J, VECTOR_INDEX
+from convostore.backends.neo4j.dialect import FULLTEXT_INDEX, NEO4J, VECTOR_INDEX
 from convostore.embedding import Metric, VectorIndexSpec
 
 __all__ = [
@@ -39,18 +39,22 @@ _CONSTRAINT: Final = (
     "CREATE CONSTRAINT convostore_{label}_{prop}_unique IF NOT EXISTS"
     " FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
 )
-# One entry per version: (what it adds, for `read_pending_migrations`; its DDL).
+# One entry per version: (what it adds, for `read_pending_migrations`; its indexes and
+# constraints as (name, DDL)).
 MIGRATIONS: Final = (
     (
         "unique ids, range indexes and the full-text index",
         (
-            *[_CONSTRAINT.format(label=label, prop=prop) for label, prop in UNIQUE],
             *[
-                NEO4J.range_index(label, prop)
+                (f"convostore_{label}_{prop}_unique", _CONSTRAINT.format(label=label, prop=prop))
+                for label, prop in UNIQUE
+            ],
+            *[
+                (f"convostore_{label}_{prop}", NEO4J.range_index(label, prop))
                 for label, prop in q.INDEXED_PROPERTIES
                 if (label, prop) not in UNIQUE
             ],
-            NEO4J.fulltext_index(*q.FULLTEXT),
+            (FULLTEXT_INDEX, NEO4J.fulltext_index(*q.FULLTEXT)),
         ),
     ),
 )
@@ -59,9 +63,9 @@ _KEY: Final = {"key": q.SCHEMA_LABEL_KEY}
 # How long connect waits for the indexes it created (or found populating) to be online.
 INDEX_WAIT_SECONDS: Final = 600
 AWAIT_INDEXES: Final = "CALL db.awaitIndexes($seconds)"
-VECTOR_INDEX_STATE: Final = (
-    "SHOW VECTOR INDEXES YIELD name, state, options WHERE name = $name"
-    " RETURN state, options.indexConfig"
+# Every index's name, state and configuration.
+INDEX_STATES: Final = (
+    "SHOW INDEXES YIELD name, state, options RETURN name, state, options.indexConfig"
 )
 
 
@@ -88,35 +92,45 @@ async def prepare_database(run: Run, ddl: Ddl, where: str) -> GraphFacts:
     """Migrate the database to `SCHEMA_VERSION` and say what vector index it has. A
     newer schema raises `SchemaVersionError` and writes nothing."""
     rows = await run(q.READ_SCHEMA, _KEY)
-    version = rows[0][0] if rows else None
+    version, _, dimensions, metric, model = rows[0] if rows else (None,) * 5
     recorded = int(version or 0)
     refuse_newer(recorded, SCHEMA_VERSION, where)
-    if recorded < SCHEMA_VERSION:
-        for _, statements in MIGRATIONS[recorded:]:
-            for statement in statements:
+    states = await run(INDEX_STATES, {})
+    existing = {name for name, _, _ in states}
+    for _, statements in MIGRATIONS[recorded:]:
+        for name, statement in statements:
+            if name not in existing:
                 await ddl(statement)
     # Indexes build in the background: none is used before it is online (this one's,
     # or one another store created and is still populating).
-    await run(AWAIT_INDEXES, {"seconds": INDEX_WAIT_SECONDS})
+    if recorded < SCHEMA_VERSION or any(state != "ONLINE" for _, state, _ in states):
+        await run(AWAIT_INDEXES, {"seconds": INDEX_WAIT_SECONDS})
     if recorded < SCHEMA_VERSION:
         await run(q.RECORD_VERSION, {**_KEY, "version": SCHEMA_VERSION})
-    spec = await read_vector_index(run)
-    built = await _built_vector_index(run)
-    return GraphFacts(spec, built is not None and spec is not None and built == _shape(spec))
+    spec = _spec(dimensions, metric, model)
+    built = _vector_shape(states)
+    return GraphFacts(spec, spec is not None and built == _shape(spec))
+
+
+def _spec(dimensions: Any, metric: Any, model: Any) -> VectorIndexSpec | None:
+    if model is None:
+        return None
+    checked: Metric = "euclidean" if metric == "euclidean" else "cosine"
+    return VectorIndexSpec(int(dimensions), checked, str(model))
 
 
 def _shape(spec: VectorIndexSpec) -> tuple[int, str]:
     return spec.dimensions, spec.metric
 
 
-async def _built_vector_index(run: Run) -> tuple[int, str] | None:
-    """(width, metric) of the vector index the database has, or None."""
-    rows = await run(VECTOR_INDEX_STATE, {"name": VECTOR_INDEX})
-    if not rows:
-        return None
-    config = rows[0][1] or {}
-    metric = str(config.get("vector.similarity_function", "cosine")).lower()
-    return int(config.get("vector.dimensions", 0)), metric
+def _vector_shape(states: list[list[Any]]) -> tuple[int, str] | None:
+    """(width, metric) of the vector index among ``states`` (`INDEX_STATES`), or None."""
+    for name, _, config in states:
+        if name == VECTOR_INDEX:
+            config = config or {}
+            metric = str(config.get("vector.similarity_function", "cosine")).lower()
+            return int(config.get("vector.dimensions", 0)), metric
+    return None
 
 
 async def _indexed_keys(run: Run) -> set[str]:
@@ -162,13 +176,7 @@ async def remove_indexed_key(run: Run, key: str) -> bool:
 
 async def read_vector_index(run: Run) -> VectorIndexSpec | None:
     rows = await run(q.READ_SCHEMA, _KEY)
-    if not rows:
-        return None
-    _, _, dimensions, metric, model = rows[0]
-    if model is None:
-        return None
-    checked: Metric = "euclidean" if metric == "euclidean" else "cosine"
-    return VectorIndexSpec(int(dimensions), checked, str(model))
+    return _spec(*rows[0][2:]) if rows else None
 
 
 async def declare_vector_index(
@@ -188,7 +196,7 @@ async def declare_vector_index(
     await run(q.RECORD_VECTOR_INDEX, parameters)
     recorded = await read_vector_index(run)
     assert recorded is not None
-    built = await _built_vector_index(run)
+    built = _vector_shape(await run(INDEX_STATES, {}))
     if built is not None and built != _shape(recorded):
         await ddl(NEO4J.drop_vector_index(*q.VECTOR))
         built = None
