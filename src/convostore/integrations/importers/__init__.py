@@ -6,7 +6,9 @@
 - ``adk-db``: Google ADK's `DatabaseSessionService` SQLite databases
   (`import_adk_db`, extra ``adk``);
 - ``langchain-sql``: LangChain's `SQLChatMessageHistory` tables in SQLite
-  (`import_langchain_sql`, extra ``langchain``).
+  (`import_langchain_sql`, extra ``langchain``);
+- ``embabel-graph``: an Embabel chat store's graph on Neo4j or FalkorDB, named by its
+  URL (`import_embabel_graph`, extra ``neo4j`` or ``falkordb``).
 
 Each reads the peer's file read-only and writes its sessions with their original ids,
 order and times (where the peer keeps them), as the matching adapter writes them, one
@@ -34,12 +36,13 @@ __all__ = [
     "ImportSourceError",
     "Progress",
     "import_adk_db",
+    "import_embabel_graph",
     "import_langchain_sql",
     "import_openai_sqlite",
     "import_source",
 ]
 
-FORMATS = ("openai-sqlite", "adk-db", "langchain-sql")
+FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "embabel-graph")
 
 
 async def import_openai_sqlite(
@@ -69,10 +72,20 @@ async def import_langchain_sql(
     return await run(source, store, progress=progress, **options)
 
 
+async def import_embabel_graph(
+    source: str | Path, store: Store, *, progress: Progress | None = None
+) -> ImportReport:
+    """See `convostore.integrations.importers.embabel_graph.import_embabel_graph`."""
+    from convostore.integrations.importers.embabel_graph import import_embabel_graph as run
+
+    return await run(str(source), store, progress=progress)
+
+
 _IMPORTERS: dict[str, Callable[..., Awaitable[ImportReport]]] = {
     "openai-sqlite": import_openai_sqlite,
     "adk-db": import_adk_db,
     "langchain-sql": import_langchain_sql,
+    "embabel-graph": import_embabel_graph,
 }
 
 
