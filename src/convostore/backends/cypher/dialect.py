@@ -4,28 +4,11 @@ The queries of `convostore.backends.cypher.queries` are written once in the Cyph
 FalkorDB, Neo4j 5 and Memgraph share (MATCH, OPTIONAL MATCH, MERGE, FOREACH, UNWIND,
 list comprehensions, parameters). What they do not share is here: index DDL, the
 full-text and vector procedures, how a vector value is written, and how a transaction
-is expressed. Only FalkorDB's dialect ships; the notes below are what the others would
-need, for whoever adds them once a server to test on is at hand.
-
-Neo4j 5.13+ (Bolt, the ``neo4j`` driver's async API):
-- Range indexes: ``CREATE RANGE INDEX <name> IF NOT EXISTS FOR (n:Label) ON (n.prop)``;
-  indexes have names, and composite indexes exist (``ON (n.session_id, n.seq)``), which
-  would back a window by seq without an intersection.
-- Full text: ``CREATE FULLTEXT INDEX <name> IF NOT EXISTS FOR (n:Message) ON EACH
-  [n.search_text] OPTIONS {indexConfig: {`fulltext.analyzer`: 'whitespace'}}`` (no
-  stemming or stop words: the tokens are convostore's own); queried with
-  ``CALL db.index.fulltext.queryNodes(<name>, $query) YIELD node, score``.
-- Vectors: ``CREATE VECTOR INDEX <name> IF NOT EXISTS FOR (m:Message) ON m.embedding
-  OPTIONS {indexConfig: {`vector.dimensions`: d, `vector.similarity_function`:
-  'cosine'}}``; queried with ``CALL db.index.vector.queryNodes(<name>, $k, $vector)
-  YIELD node, score``, whose score is already a similarity in [0, 1] (cosine:
-  (1 + cos) / 2; euclidean: 1 / (1 + d²)), so the conversion differs. A vector is a
-  plain list of floats (``db.create.setNodeVectorProperty`` stores it compactly).
-- Transactions: one query is not the unit; a write runs in ``session.execute_write``,
-  whose function may run several queries and is retried on transient errors. Writes are
-  not serialised per graph: the version check needs the session node locked first
-  (``SET s._lock = true`` as the first clause) so concurrent appends queue on it.
-- Maps cannot be property values there either (JSON stays text); integers are 64-bit.
+is expressed. FalkorDB's dialect is here, Neo4j's in `convostore.backends.neo4j.dialect`
+(its constraints, named range, full-text and vector indexes, a lock before a write
+checks what it read, explicit transactions); the notes below are what Memgraph would
+need, for whoever adds it once a server to test on is at hand (none runs here, so its
+scheme stays reserved).
 
 Memgraph (Bolt, the same ``neo4j`` driver):
 - Range indexes: ``CREATE INDEX ON :Label(prop)``; label-property indexes only.

@@ -26,8 +26,10 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from convostore.backends.registry import scheme_of
+from convostore.backends.urls import redacted
 from convostore.integrations.importers._engine import (
     ImportReport,
     ImportSourceError,
@@ -193,8 +195,6 @@ def _time(value: Any, what: str) -> datetime | None:
 
 
 def _redacted(source: str) -> str:
-    from convostore.backends.urls import redacted
-
     return redacted(source)
 
 
@@ -219,21 +219,33 @@ class _reader:
         if self._close is not None:
             await self._close()
 
+    def _parts(self) -> tuple[str, int | None, str | None, str | None, str | None]:
+        """Host, port, user, password and the path's name (database or graph)."""
+        parts = urlsplit(self.source)
+        try:
+            port = parts.port
+        except ValueError as error:
+            raise ImportSourceError(f"{FORMAT}: bad port in the source URL: {error}") from None
+        user = unquote(parts.username) if parts.username else None
+        password = None if parts.password is None else unquote(parts.password)
+        name = unquote(parts.path.lstrip("/")) or None
+        return parts.hostname or "localhost", port, user, password, name
+
     async def _neo4j(self) -> Query:
         import neo4j
 
-        from convostore.backends.neo4j.url import parse_neo4j_url
-
-        target = parse_neo4j_url(self.source)
-        auth = None if target.username is None else (target.username, target.password or "")
+        host, port, user, password, database = self._parts()
+        scheme = urlsplit(self.source).scheme.lower()
         driver = neo4j.AsyncGraphDatabase.driver(
-            target.uri, auth=auth, notifications_min_severity="OFF"
+            f"{scheme}://{host}:{port or 7687}",
+            auth=None if user is None else (user, password or ""),
+            notifications_min_severity="OFF",
         )
         self._close = driver.close
 
         async def query(text: str, parameters: dict[str, Any]) -> Rows:
             async with driver.session(
-                database=target.database, default_access_mode=neo4j.READ_ACCESS
+                database=database, default_access_mode=neo4j.READ_ACCESS
             ) as session:
                 result = await session.run(text, parameters)
                 rows: Rows = await result.values()
@@ -244,19 +256,19 @@ class _reader:
     async def _falkordb(self) -> Query:
         from falkordb.asyncio import FalkorDB
 
-        from convostore.backends.falkordb.url import parse_falkordb_url
-
-        target = parse_falkordb_url(self.source)
+        host, port, user, password, name = self._parts()
+        if name is None:
+            raise ImportSourceError(f"{FORMAT}: name the graph in the URL's path")
         # The client probes the server (cluster or not) synchronously: off the loop.
         client = await asyncio.to_thread(
             FalkorDB,
-            host=target.host,
-            port=target.port,
-            username=target.username,
-            password=target.password,
-            ssl=target.tls,
+            host=host,
+            port=port or 6379,
+            username=user,
+            password=password,
+            ssl=self.scheme == "falkordbs",
         )
-        graph = client.select_graph(target.graph)
+        graph = client.select_graph(name)
 
         async def close() -> None:
             await client.connection.aclose()
