@@ -1,4 +1,5 @@
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.Map;
 import org.neo4j.configuration.GraphDatabaseSettings;
 import org.neo4j.configuration.connectors.BoltConnector;
@@ -37,6 +38,11 @@ public final class Neo4jLauncher {
                 .setConfig(GraphDatabaseSettings.auth_enabled, true)
                 .setConfig(GraphDatabaseSettings.pagecache_memory, ByteUnit.mebiBytes(256))
                 .setConfig(GraphDatabaseSettings.udc_enabled, false)
+                // The tests empty the database before each test: its statistics swing
+                // from nothing to a few nodes and back, which would have every query
+                // planned again (seconds each for the largest) at every test.
+                .setConfig(GraphDatabaseSettings.query_statistics_divergence_threshold, 1.0)
+                .setConfig(GraphDatabaseSettings.cypher_min_replan_interval, Duration.ofHours(1))
                 .build();
         Runtime.getRuntime().addShutdownHook(new Thread(dbms::shutdown));
         GraphDatabaseService system = dbms.database(GraphDatabaseSettings.SYSTEM_DATABASE_NAME);
