@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import unicodedata
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -343,4 +344,6 @@ class _ReembedRun:
             middle = len(items) // 2
             return await self.embed(items[:middle]) + await self.embed(items[middle:])
         self.failed_calls_in_a_row = 0
+        # Stored as float32, as an appended message's vector is (`prepare.check_vector`).
+        vectors = [tuple(array("f", vector).tolist()) for vector in vectors]
         return [(item.message_id, vector) for item, vector in zip(items, vectors, strict=True)]

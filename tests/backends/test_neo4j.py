@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -172,7 +173,7 @@ def test_memgraph_stays_reserved() -> None:
 # ---------------------------------------------------------------------------- schema
 
 
-async def _rows(store: Store, query: str, **parameters: object) -> list[list[object]]:
+async def _rows(store: Store, query: str, **parameters: Any) -> list[list[Any]]:
     return await neo4j_of(store)._run(query, dict(parameters), write=False)
 
 
@@ -288,7 +289,7 @@ async def test_killed_during_appends_every_acknowledged_append_survives(
     own_server.start()
     print(f"restarted from the directory in {own_server.started_in:.1f} s")
     async with await convostore.connect(own_server.url()) as reopened:
-        log = await reopened.read(session.id)
+        log = await reopened.messages(session.id)
         stored = {event.id: event for event in log}
         assert set(acknowledged) <= set(stored)
         # Nothing half-written: every event whole, seq gap-free, the version agrees.

@@ -75,6 +75,9 @@ IMPORT_FORMATS: dict[str, ImportFormat] = {
     "langchain-sql": ImportFormat(
         "a LangChain SQLChatMessageHistory SQLite database", _import_framework
     ),
+    "llamaindex-sql": ImportFormat(
+        "a LlamaIndex SQLAlchemyChatStore (Memory's) SQLite database", _import_framework
+    ),
     "embabel-graph": ImportFormat(
         "an Embabel chat store's graph, by its neo4j:// or falkordb:// URL", _import_framework
     ),

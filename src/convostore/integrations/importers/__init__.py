@@ -7,6 +7,8 @@
   (`import_adk_db`, extra ``adk``);
 - ``langchain-sql``: LangChain's `SQLChatMessageHistory` tables in SQLite
   (`import_langchain_sql`, extra ``langchain``);
+- ``llamaindex-sql``: LlamaIndex's `SQLAlchemyChatStore` tables in SQLite (what
+  `Memory` keeps its queue in; `import_llamaindex_sql`, extra ``llama-index``);
 - ``embabel-graph``: an Embabel chat store's graph on Neo4j or FalkorDB, named by its
   URL (`import_embabel_graph`, extra ``neo4j`` or ``falkordb``).
 
@@ -38,11 +40,12 @@ __all__ = [
     "import_adk_db",
     "import_embabel_graph",
     "import_langchain_sql",
+    "import_llamaindex_sql",
     "import_openai_sqlite",
     "import_source",
 ]
 
-FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "embabel-graph")
+FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "llamaindex-sql", "embabel-graph")
 
 
 async def import_openai_sqlite(
@@ -72,6 +75,15 @@ async def import_langchain_sql(
     return await run(source, store, progress=progress, **options)
 
 
+async def import_llamaindex_sql(
+    source: str | Path, store: Store, *, progress: Progress | None = None, **options: Any
+) -> ImportReport:
+    """See `convostore.integrations.importers.llamaindex_sql.import_llamaindex_sql`."""
+    from convostore.integrations.importers.llamaindex_sql import import_llamaindex_sql as run
+
+    return await run(source, store, progress=progress, **options)
+
+
 async def import_embabel_graph(
     source: str | Path, store: Store, *, progress: Progress | None = None
 ) -> ImportReport:
@@ -85,6 +97,7 @@ _IMPORTERS: dict[str, Callable[..., Awaitable[ImportReport]]] = {
     "openai-sqlite": import_openai_sqlite,
     "adk-db": import_adk_db,
     "langchain-sql": import_langchain_sql,
+    "llamaindex-sql": import_llamaindex_sql,
     "embabel-graph": import_embabel_graph,
 }
 
