@@ -45,6 +45,7 @@ from convostore.testing.fixtures import (
 )
 from tests.servers import falkordb as falkordb_servers
 from tests.servers import mariadb as mariadb_servers
+from tests.servers import neo4j as neo4j_servers
 from tests.servers import postgresql as postgresql_servers
 from tests.servers.shared import ServerUnavailable
 
@@ -63,6 +64,7 @@ __all__ = [
     "local_time_zone_off_utc",
     "mariadb11_server",
     "mariadb_server",
+    "neo4j_server",
     "postgresql_server",
     "store",
 ]
@@ -114,6 +116,10 @@ falkordb_server = _session_server(
     "falkordb", falkordb_servers.shared_server, falkordb_servers.stop_shared_server
 )
 
+neo4j_server = _session_server(
+    "neo4j", neo4j_servers.shared_server, neo4j_servers.stop_shared_server
+)
+
 _schema_numbers = itertools.count(1)
 
 
@@ -148,6 +154,13 @@ def _fresh_falkordb_graph(server: falkordb_servers.TestServer) -> str:
     return server.url(f"contract_{os.getpid()}_{next(_graph_numbers)}")
 
 
+def _fresh_neo4j_database(server: neo4j_servers.TestServer) -> str:
+    # Neo4j Community serves one database: emptied for each test.
+    url = server.url()
+    neo4j_servers.wipe(url)
+    return url
+
+
 # name -> how to get a fresh database for one test. One line per backend.
 BACKENDS: dict[str, BackendUrl | OnServer] = {
     "memory": _memory_url,
@@ -156,6 +169,7 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
     "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_native_database),
     "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph),
+    "neo4j": OnServer("neo4j_server", _fresh_neo4j_database),
 }
 
 # Known failures, one entry each: Divergence(backend, "test_module.py::test_name",
