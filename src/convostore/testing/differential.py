@@ -40,8 +40,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 import convostore
-import convostore.store.compacting
 import convostore.prepare
+import convostore.store.compacting
 import convostore.store.sessions
 from convostore import (
     Appended,

@@ -19,7 +19,7 @@ from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.values import metadata_entry
 from convostore.backends.migrations import refuse_newer
 from convostore.backends.neo4j.dialect import FULLTEXT_INDEX, NEO4J, VECTOR_INDEX
-from convostore.embedding import Metric, VectorIndexSpec
+from convostore.backends.spi import Metric, VectorIndexSpec
 
 __all__ = [
     "MIGRATIONS",

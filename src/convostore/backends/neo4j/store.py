@@ -17,9 +17,9 @@ from convostore.backends.interface import Capabilities
 from convostore.backends.neo4j import schema
 from convostore.backends.neo4j.dialect import NEO4J
 from convostore.backends.neo4j.url import Neo4jTarget, parse_neo4j_url
+from convostore.backends.spi import VectorIndexSpec
 from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
-from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError, StoreError
 
 __all__ = ["Neo4jBackend", "translate_error"]
