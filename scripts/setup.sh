@@ -10,8 +10,9 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-# The CPU build of torch first: asked for by sentence-transformers alone, pip would
-# fetch a CUDA build of several gigabytes.
+# torch for sentence-transformers, pinned. The package index reached here has only the
+# CUDA build for Linux (about 4 GB with its nvidia wheels): the largest part of a first
+# setup.
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
