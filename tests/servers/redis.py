@@ -26,9 +26,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from tests.servers.shared import ExternalServer, ServerProcess, ServerUnavailable, SharedServer, free_port
+from tests.servers.shared import (
+    ExternalServer,
+    ServerProcess,
+    ServerUnavailable,
+    SharedServer,
+    free_port,
+)
 
 __all__ = [
     "DURABLE_SETTINGS",
@@ -46,7 +52,9 @@ DURABLE_SETTINGS: Final = {"appendonly": "yes", "appendfsync": "always", "save":
 # its own owners' writes.
 CLUSTER_SETTINGS: Final = {
     "cluster-enabled": "yes",
-    "cluster-node-timeout": "2000",
+    # Long enough that a function writing a huge message (tens of thousands of index
+    # entries) is not taken for a dead master; the fault tests choose a shorter one.
+    "cluster-node-timeout": "15000",
     "cluster-require-full-coverage": "no",
     "cluster-allow-reads-when-down": "no",
     "cluster-replica-validity-factor": "0",
@@ -155,7 +163,8 @@ class RedisServer(ServerProcess):
 
     def _wait_until_ready(self) -> None:
         process = self._process
-        assert process is not None and process.stdout is not None
+        assert process is not None
+        assert process.stdout is not None
         timer = threading.Timer(_START_TIMEOUT, process.kill)
         timer.start()
         try:
@@ -233,14 +242,17 @@ class RedisCluster:
             step = 16384 // self.masters_count
             for index, client in enumerate(masters):
                 last = 16383 if index == self.masters_count - 1 else (index + 1) * step - 1
-                client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * step, last)
-            for client, node in zip(clients[1:], self.nodes[1:], strict=True):
-                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+                _command(client, "CLUSTER", "ADDSLOTSRANGE", index * step, last)
+            for node in self.nodes[1:]:
+                _command(clients[0], "CLUSTER", "MEET", "127.0.0.1", node.port)
             self._wait(lambda: all(_known(c) == count for c in clients), "nodes to meet")
-            ids = [c.execute_command("CLUSTER", "MYID").decode() for c in masters]
+            ids = [_command(c, "CLUSTER", "MYID").decode() for c in masters]
             for index, client in enumerate(clients[self.masters_count :]):
                 master = ids[index % self.masters_count]
-                self._wait(lambda c=client: _replicate(c, master), "a replica to follow")
+                self._wait(
+                    lambda c=client, m=master: _replicate(c, m),
+                    "a replica to follow",
+                )
             self.wait_until_healthy()
             for client in clients:
                 client.close()
@@ -259,7 +271,7 @@ class RedisCluster:
                     continue
                 client = redis.Redis(port=node.port, socket_timeout=5)
                 try:
-                    info = client.execute_command("CLUSTER", "INFO").decode()
+                    info = _command(client, "CLUSTER", "INFO").decode()
                     if "cluster_state:ok" not in info:
                         return False
                     replication = client.info("replication")
@@ -293,8 +305,13 @@ class RedisCluster:
         return f"{self.scheme}+cluster://{seeds}{query}"
 
 
+def _command(client: Any, *args: Any) -> Any:
+    """A command through the untyped ``execute_command`` of redis-py."""
+    return client.execute_command(*args)
+
+
 def _known(client: object) -> int:
-    info = client.execute_command("CLUSTER", "INFO").decode()  # type: ignore[attr-defined]
+    info = _command(client, "CLUSTER", "INFO").decode()
     for line in info.splitlines():
         if line.startswith("cluster_known_nodes:"):
             return int(line.partition(":")[2])
@@ -305,7 +322,7 @@ def _replicate(client: object, master: str) -> bool:
     import redis
 
     try:
-        client.execute_command("CLUSTER", "REPLICATE", master)  # type: ignore[attr-defined]
+        _command(client, "CLUSTER", "REPLICATE", master)
     except redis.ResponseError:
         return False
     return True
@@ -313,9 +330,7 @@ def _replicate(client: object, master: str) -> bool:
 
 _single = SharedServer("CONVOSTORE_TEST_REDIS_URL", RedisServer)
 _cluster = SharedServer("CONVOSTORE_TEST_REDIS_CLUSTER_URL", RedisCluster)
-_valkey = SharedServer(
-    "CONVOSTORE_TEST_VALKEY_CLUSTER_URL", lambda: RedisCluster(flavor="valkey")
-)
+_valkey = SharedServer("CONVOSTORE_TEST_VALKEY_CLUSTER_URL", lambda: RedisCluster(flavor="valkey"))
 
 shared_server = _single.get
 stop_shared_server = _single.stop

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import replace
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final, Self
 
@@ -33,9 +33,9 @@ from convostore.backends.interface import (
 from convostore.backends.migrations import refuse_newer
 from convostore.backends.redis import codec
 from convostore.backends.redis.functions import function
-from convostore.backends.redis.nodes import Command, Nodes
-from convostore.backends.sql.values import vector_blob
+from convostore.backends.redis.nodes import Nodes
 from convostore.backends.redis.url import RedisTarget, parse_redis_url
+from convostore.backends.sql.values import vector_blob
 from convostore.backends.urls import target_of
 from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import (
@@ -161,9 +161,7 @@ class RedisBackend(Backend):
         return reply
 
     async def _everywhere(self, name: str, *args: Any, write: bool) -> list[Any]:
-        calls = [
-            (key, ("FCALL", function(name), 1, key, *args)) for key in self._prefixes
-        ]
+        calls = [(key, ("FCALL", function(name), 1, key, *args)) for key in self._prefixes]
         return await self.nodes.fan_out(calls, write=write)
 
     async def _locate(self, session_id: str) -> int | None:
@@ -209,7 +207,9 @@ class RedisBackend(Backend):
 
     async def put_user(self, user: User) -> None:
         bucket = self._bucket(user.id)
-        await self._fcall(bucket, "put_users", "replace", user.id, codec.user_document(user), write=True)
+        await self._fcall(
+            bucket, "put_users", "replace", user.id, codec.user_document(user), write=True
+        )
         self._known_users.add(user.id)
 
     async def get_user(self, user_id: str) -> User | None:
@@ -224,7 +224,11 @@ class RedisBackend(Backend):
         replies = await self.nodes.fan_out(
             [(self._user_key(i), ("HGET", self._user_key(i), i)) for i in ids], write=False
         )
-        return {i: user for i, reply in zip(ids, replies, strict=True) if (user := codec.read_user(reply))}
+        return {
+            i: user
+            for i, reply in zip(ids, replies, strict=True)
+            if (user := codec.read_user(reply))
+        }
 
     async def _missing_users(self, users: Sequence[User], required: Sequence[str]) -> list[str]:
         given = {user.id for user in users}
@@ -271,7 +275,8 @@ class RedisBackend(Backend):
         for reply in await self._everywhere("stats", write=False):
             for index, value in enumerate(reply):
                 totals[index] += int(value)
-        return DatabaseStats(*totals, size_bytes=None)
+        users, sessions, events, messages, vectors = totals
+        return DatabaseStats(users, sessions, events, messages, vectors, None)
 
     async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         session = new.session
@@ -294,7 +299,9 @@ class RedisBackend(Backend):
                 parent = (
                     None
                     if parent_bucket is None
-                    else await self._fcall(parent_bucket, "get_session", session.part_of, write=False)
+                    else await self._fcall(
+                        parent_bucket, "get_session", session.part_of, write=False
+                    )
                 )
                 header["parent"] = (
                     "missing" if parent is None else "is_part" if parent[4] is not None else "owner"
@@ -460,7 +467,9 @@ class RedisBackend(Backend):
         bucket = await self._locate(session_id)
         if bucket is None:
             return []
-        ids = [i.decode() for i in await self._fcall(bucket, "participants", session_id, write=False)]
+        ids = [
+            i.decode() for i in await self._fcall(bucket, "participants", session_id, write=False)
+        ]
         users = await self._users(ids)
         return [users[i] for i in ids if i in users]
 
@@ -470,7 +479,9 @@ class RedisBackend(Backend):
             for rows in await self._everywhere("by_metadata", name, value, write=False)
             for values in rows
         ]
-        found = [s for s in sessions if name in s.metadata and index_value(s.metadata[name]) == value]
+        found = [
+            s for s in sessions if name in s.metadata and index_value(s.metadata[name]) == value
+        ]
         return sorted(found, key=lambda s: s.id)
 
     async def delete_expired(self, before: datetime) -> int:
@@ -482,16 +493,22 @@ class RedisBackend(Backend):
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
         if keys:
             await self._everywhere("add_keys", *sorted(keys), write=True)
-            await self.nodes.call(self._keys_key, [("SADD", self._keys_key, *sorted(keys))], write=True)
+            await self.nodes.call(
+                self._keys_key, [("SADD", self._keys_key, *sorted(keys))], write=True
+            )
         return await self.indexed_keys()
 
     async def indexed_keys(self) -> frozenset[str]:
-        [members] = await self.nodes.call(self._keys_key, [("SMEMBERS", self._keys_key)], write=False)
+        [members] = await self.nodes.call(
+            self._keys_key, [("SMEMBERS", self._keys_key)], write=False
+        )
         return frozenset(member.decode() for member in members)
 
     async def remove_indexed_key(self, key: str) -> bool:
         replies = await self._everywhere("remove_key", key, write=True)
-        [removed] = await self.nodes.call(self._keys_key, [("SREM", self._keys_key, key)], write=True)
+        [removed] = await self.nodes.call(
+            self._keys_key, [("SREM", self._keys_key, key)], write=True
+        )
         return bool(removed) or any(int(reply) for reply in replies)
 
     # ---------------------------------------------------------------- the log
@@ -637,7 +654,9 @@ class RedisBackend(Backend):
     # ---------------------------------------------------------------- vectors and text
 
     async def vector_index_spec(self) -> VectorIndexSpec | None:
-        [document] = await self.nodes.call(self._meta, [("HGET", self._meta, "vector")], write=False)
+        [document] = await self.nodes.call(
+            self._meta, [("HGET", self._meta, "vector")], write=False
+        )
         if document is None:
             return None
         dimensions, metric, model = json.loads(document)
@@ -690,7 +709,9 @@ class RedisBackend(Backend):
             return [self._bucket(scope.owner_id)]
         return None
 
-    async def _in_buckets(self, buckets: list[int] | None, name: str, *args: Any) -> list[tuple[int, Any]]:
+    async def _in_buckets(
+        self, buckets: list[int] | None, name: str, *args: Any
+    ) -> list[tuple[int, Any]]:
         if buckets is None:
             return list(enumerate(await self._everywhere(name, *args, write=False)))
         return [(b, await self._fcall(b, name, *args, write=False)) for b in buckets]
@@ -767,4 +788,3 @@ def _raise_refusal(reply: Sequence[Any], part_of: str | None) -> None:
     if outcome == b"parent_owner":
         raise InvalidArgumentError("part_of must name a session with the same owner")
     raise StoreError(f"unexpected reply from the Redis function: {outcome!r}")
-

@@ -50,8 +50,7 @@ SESSION_FIELDS: Final = (
     "expires", "meta", "version", "stamp", "mcount", "started_by",
 )  # fmt: skip
 
-LIBRARY: Final = (
-    """#!lua name=%(name)s
+LIBRARY: Final = """#!lua name=LIBRARY_NAME
 
 local SF = {'id', 'owner', 'title', 'kind', 'part_of', 'held_with', 'created',
   'activity', 'expires', 'meta', 'version', 'stamp', 'mcount', 'started_by'}
@@ -77,7 +76,7 @@ local function reindex(p, id, cand_json)
   local skey = p .. 's:' .. id
   local old = redis.call('HGET', skey, 'idx')
   if old and old ~= '' then
-    for d in string.gmatch(old, '%%x+') do redis.call('SREM', p .. 'm:' .. d, id) end
+    for d in string.gmatch(old, '%x+') do redis.call('SREM', p .. 'm:' .. d, id) end
   end
   local kept = {}
   for _, pair in ipairs(cjson.decode(cand_json)) do
@@ -246,7 +245,7 @@ local function delete_one(p, id)
         local ref = string.sub(ev[8], 1, 1) .. seq .. ':' .. id
         local tokens = redis.call('HGET', lkey, seq .. 't')
         if tokens then
-          for token in string.gmatch(tokens, '%%S+') do
+          for token in string.gmatch(tokens, '%S+') do
             redis.call('ZREM', p .. 't:' .. token, ref)
           end
         end
@@ -256,7 +255,7 @@ local function delete_one(p, id)
   local vectors = redis.call('HLEN', p .. 'vs:' .. id)
   local idx = redis.call('HGET', skey, 'idx')
   if idx and idx ~= '' then
-    for d in string.gmatch(idx, '%%x+') do redis.call('SREM', p .. 'm:' .. d, id) end
+    for d in string.gmatch(idx, '%x+') do redis.call('SREM', p .. 'm:' .. d, id) end
   end
   local top = not s[5]
   for _, list in ipairs(listings(p, s[2], top)) do redis.call('ZREM', list, id) end
@@ -422,7 +421,7 @@ local function remove_key(keys, args)
         end
       end
       local kept = {}
-      for d in string.gmatch(redis.call('HGET', skey, 'idx') or '', '%%x+') do
+      for d in string.gmatch(redis.call('HGET', skey, 'idx') or '', '%x+') do
         if not drop[d] then kept[#kept + 1] = d end
       end
       redis.call('HSET', skey, 'idx', table.concat(kept, ' '))
@@ -590,7 +589,8 @@ local function pending_of(p, model, roles, after, limit)
     local values = redis.call('HMGET', p .. 'emb', unpack(ids))
     for i, id in ipairs(ids) do
       local v = values[i]
-      if v and string.find(roles, string.sub(v, 1, 1), 1, true) and string.sub(v, 2) ~= model then
+      local wanted = v and string.find(roles, string.sub(v, 1, 1), 1, true)
+      if wanted and string.sub(v, 2) ~= model then
         out[#out + 1] = id
         if limit > 0 and #out >= limit then return out end
       end
@@ -608,7 +608,8 @@ local function pending(keys, args)
     local at = redis.call('HGET', p .. 'e', id)
     local colon = string.find(at, ':', 1, true)
     local session = string.sub(at, colon + 1)
-    local fixed = cjson.decode(redis.call('HGET', p .. 'l:' .. session, string.sub(at, 1, colon - 1)))
+    local seq = string.sub(at, 1, colon - 1)
+    local fixed = cjson.decode(redis.call('HGET', p .. 'l:' .. session, seq))
     out[#out + 1] = {id, session, string.sub(fixed[8], 1, 1), fixed[9]}
   end
   return out
@@ -636,7 +637,8 @@ local function set_embeddings(keys, args)
         if redis.call('HEXISTS', lkey, seq .. 'v') == 0 then
           redis.call('HINCRBY', p .. 'stats', 'v', 1)
         end
-        redis.call('HSET', lkey, seq .. 'v', args[i + 1], seq .. 'm', model, seq .. 's', args[i + 2])
+        redis.call('HSET', lkey, seq .. 'v', args[i + 1], seq .. 'm', model,
+          seq .. 's', args[i + 2])
         redis.call('HSET', p .. 'vs:' .. session, seq, letter)
         if redis.call('HEXISTS', p .. 'emb', args[i]) == 1 then
           redis.call('HSET', p .. 'emb', args[i], letter .. model)
@@ -680,7 +682,8 @@ local function text_search(keys, args)
     if string.find(roles, string.sub(ref, 1, 1), 1, true)
       and (session == '' or ref_session == session)
       and in_scope(p, ref_session, owner, owners) then
-      out[#out + 1] = {stored_event(p, ref_session, string.sub(ref, 2, colon - 1)), ref_session, score}
+      local stored = stored_event(p, ref_session, string.sub(ref, 2, colon - 1))
+      out[#out + 1] = {stored, ref_session, score}
       if #out == k then floor = tonumber(score) end
     end
   end
@@ -780,13 +783,11 @@ local reads = {
   {'read_refs', read_refs}, {'stats', stats},
 }
 for i = 1, #writes do
-  redis.register_function{function_name = '%(prefix)s' .. writes[i][1],
+  redis.register_function{function_name = 'PREFIX' .. writes[i][1],
     callback = writes[i][2]}
 end
 for i = 1, #reads do
-  redis.register_function{function_name = '%(prefix)s' .. reads[i][1],
+  redis.register_function{function_name = 'PREFIX' .. reads[i][1],
     callback = reads[i][2], flags = {'no-writes'}}
 end
-"""
-    % {"name": LIBRARY_NAME, "prefix": function("")}
-)
+""".replace("LIBRARY_NAME", LIBRARY_NAME).replace("PREFIX", function(""))

@@ -81,7 +81,7 @@ class Nodes:
         return list(dict.fromkeys(self._slots))
 
     async def load_library(self, address: Address) -> None:
-        await self._client(address).execute_command("FUNCTION", "LOAD", "REPLACE", LIBRARY)
+        await _command(self._client(address), "FUNCTION", "LOAD", "REPLACE", LIBRARY)
 
     def _client(self, address: Address) -> aioredis.Redis:
         client = self._clients.get(address)
@@ -102,7 +102,7 @@ class Nodes:
                 protocol=2,
                 client_name="convostore",
                 connection_class=connection_class,
-                **dict(target.ssl),
+                **_ssl_options(target),
             )
             client = aioredis.Redis(connection_pool=pool)
             self._clients[address] = client
@@ -114,7 +114,7 @@ class Nodes:
         known = [*self.target.nodes, *self._clients]
         for address in dict.fromkeys(known):
             try:
-                reply = await self._client(address).execute_command("CLUSTER", "SLOTS")
+                reply = await _command(self._client(address), "CLUSTER", "SLOTS")
             except redis_errors.RedisError as error:
                 failures.append(f"{address[0]}:{address[1]}: {error}")
                 continue
@@ -180,7 +180,9 @@ class Nodes:
             try:
                 replies = await self._run(address, commands, write=write, asking=False)
             except _Retry:
-                replies = [await self.call(calls[i][0], [calls[i][1]], write=write) for i in indexes]
+                replies = [
+                    await self.call(calls[i][0], [calls[i][1]], write=write) for i in indexes
+                ]
                 replies = [reply[0] for reply in replies]
             for index, reply in zip(indexes, replies, strict=True):
                 results[index] = reply
@@ -253,6 +255,15 @@ class Nodes:
                     "(an append with the same event ids is safe to retry)"
                 )
         return list(replies[: len(commands)])
+
+
+async def _command(client: aioredis.Redis, *args: Any) -> Any:
+    """One command through redis-py's untyped ``execute_command``."""
+    return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _ssl_options(target: RedisTarget) -> dict[str, Any]:
+    return dict(target.ssl)
 
 
 def translate_error(error: BaseException, where: str) -> StoreError:
