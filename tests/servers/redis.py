@@ -221,7 +221,14 @@ class RedisCluster:
     def _node(self) -> RedisServer:
         return RedisServer(
             self.binary,
-            settings={**CLUSTER_SETTINGS, "cluster-config-file": "nodes.conf", **self.extra},
+            settings={
+                **CLUSTER_SETTINGS,
+                "cluster-config-file": "nodes.conf",
+                # The bus port (by default the port + 10000, beyond 65535 for many
+                # free ports).
+                "cluster-port": str(free_port()),
+                **self.extra,
+            },
         )
 
     def start(self) -> None:
@@ -244,7 +251,10 @@ class RedisCluster:
                 last = 16383 if index == self.masters_count - 1 else (index + 1) * step - 1
                 _command(client, "CLUSTER", "ADDSLOTSRANGE", index * step, last)
             for node in self.nodes[1:]:
-                _command(clients[0], "CLUSTER", "MEET", "127.0.0.1", node.port)
+                _command(
+                    clients[0], "CLUSTER", "MEET", "127.0.0.1", node.port,
+                    node.settings["cluster-port"],
+                )  # fmt: skip
             self._wait(lambda: all(_known(c) == count for c in clients), "nodes to meet")
             ids = [_command(c, "CLUSTER", "MYID").decode() for c in masters]
             for index, client in enumerate(clients[self.masters_count :]):

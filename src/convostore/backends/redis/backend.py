@@ -154,14 +154,15 @@ class RedisBackend(Backend):
         return f"{self._base}d:{{{session_id}}}".encode()
 
     async def _fcall(self, bucket: int, name: str, *args: Any, write: bool) -> Any:
-        key = self._prefix(bucket)
+        key = self._prefix(bucket) + b"fence"
         [reply] = await self.nodes.call(
             key, [("FCALL", function(name), 1, key, *args)], write=write
         )
         return reply
 
     async def _everywhere(self, name: str, *args: Any, write: bool) -> list[Any]:
-        calls = [(key, ("FCALL", function(name), 1, key, *args)) for key in self._prefixes]
+        fences = [prefix + b"fence" for prefix in self._prefixes]
+        calls = [(key, ("FCALL", function(name), 1, key, *args)) for key in fences]
         return await self.nodes.fan_out(calls, write=write)
 
     async def _locate(self, session_id: str) -> int | None:
@@ -258,8 +259,8 @@ class RedisBackend(Backend):
             return
         calls = [
             (
-                self._prefix(b),
-                ("FCALL", function("put_users"), 1, self._prefix(b), "absent", *args),
+                self._prefix(b) + b"fence",
+                ("FCALL", function("put_users"), 1, self._prefix(b) + b"fence", "absent", *args),
             )
             for b, args in by_bucket.items()
         ]

@@ -57,6 +57,11 @@ local SF = {'id', 'owner', 'title', 'kind', 'part_of', 'held_with', 'created',
 
 local function fence(p) redis.call('INCR', p .. 'fence') end
 
+-- KEYS[1] is the bucket's fence, the one key every write moves: a cluster routes the
+-- call by it, and while the bucket's slot moves (all its keys in one MIGRATE) the
+-- call runs where the fence, and so every key of the bucket, is.
+local function bucket(keys) return string.sub(keys[1], 1, #keys[1] - 5) end
+
 local function okey(owner)
   if owner == nil or owner == false or owner == cjson.null or owner == '' then return '' end
   return '=' .. owner
@@ -148,7 +153,7 @@ end
 -- ARGV[1]: JSON {s = session, mode = 'insert' | 'part', missing = [ids], parent =
 -- what is wrong with a parent in another bucket ('missing', 'is_part', 'owner')}
 local function insert_session(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local h = cjson.decode(args[1])
   local s = h.s
   fence(p)
@@ -176,7 +181,7 @@ local function insert_session(keys, args)
 end
 
 local function get_session(keys, args)
-  return row(keys[1], args[1])
+  return row(bucket(keys), args[1])
 end
 
 local function set_expiry(p, id, expires)
@@ -191,7 +196,7 @@ end
 
 -- ARGV[1]: JSON {id, expected, title, meta, cand, expires, stamp}
 local function update_session(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local h = cjson.decode(args[1])
   fence(p)
   local skey = p .. 's:' .. h.id
@@ -211,7 +216,7 @@ end
 
 -- ARGV: id, '1' with a title (ARGV[3]) or '0' to clear it, stamp (ARGV[4])
 local function set_title(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   fence(p)
   local skey = p .. 's:' .. args[1]
   if redis.call('EXISTS', skey) == 0 then return {'missing'} end
@@ -273,13 +278,13 @@ local function delete_one(p, id)
 end
 
 local function delete_session(keys, args)
-  fence(keys[1])
-  return delete_one(keys[1], args[1])
+  fence(bucket(keys))
+  return delete_one(bucket(keys), args[1])
 end
 
 -- Top-level sessions first, so a part deleted with its parent is not counted.
 local function delete_expired(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   fence(p)
   local ids = redis.call('ZRANGE', p .. 'exp', '-inf', '(' .. args[1], 'BYSCORE')
   local parts = {}
@@ -298,7 +303,7 @@ end
 -- ARGV: owner key, order ('c' | 'a'), include parts ('1' | '0'), kind ('' any),
 -- after id ('' none), after activity, limit
 local function list_sessions(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local o, order, all, kind = args[1], args[2], args[3] == '1', args[4]
   local after_id, after_at, limit = args[5], args[6], tonumber(args[7])
   local found = {}
@@ -343,17 +348,17 @@ end
 -- ARGV: owner key, include parts, kind ('' any)
 local function count_sessions(keys, args)
   local field = (args[2] == '1' and 'a' or 't') .. (args[3] == '' and '' or (':' .. args[3]))
-  return tonumber(redis.call('HGET', keys[1] .. 'cnt:' .. args[1], field) or '0')
+  return tonumber(redis.call('HGET', bucket(keys) .. 'cnt:' .. args[1], field) or '0')
 end
 
 local function find_part(keys, args)
-  local found = earliest_part(keys[1], args[1], args[2])
+  local found = earliest_part(bucket(keys), args[1], args[2])
   if not found then return false end
-  return row(keys[1], found)
+  return row(bucket(keys), found)
 end
 
 local function list_parts(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local rows = {}
   for _, part in ipairs(redis.call('ZRANGE', p .. 'p:' .. args[1], 0, -1)) do
     rows[#rows + 1] = row(p, part)
@@ -362,11 +367,11 @@ local function list_parts(keys, args)
 end
 
 local function participants(keys, args)
-  return redis.call('ZRANGE', keys[1] .. 'pa:' .. args[1], 0, -1)
+  return redis.call('ZRANGE', bucket(keys) .. 'pa:' .. args[1], 0, -1)
 end
 
 local function by_metadata(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   if redis.call('SISMEMBER', p .. 'keys', args[1]) == 0 then return {} end
   local rows = {}
   for _, id in ipairs(redis.call('SMEMBERS', p .. 'm:' .. digest(args[1], args[2]))) do
@@ -378,7 +383,7 @@ end
 
 -- ARGV: keys to index; each new one is backfilled from the sessions' candidates.
 local function add_keys(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   fence(p)
   local new = {}
   for _, key in ipairs(args) do
@@ -405,7 +410,7 @@ local function add_keys(keys, args)
 end
 
 local function remove_key(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   fence(p)
   if redis.call('SREM', p .. 'keys', args[1]) == 0 then return 0 end
   for _, id in ipairs(redis.call('ZRANGE', p .. 'all', 0, -1)) do
@@ -442,7 +447,7 @@ end
 -- score]...], '1' if it has content to embed, stamp], its fixed columns, its vector
 -- ('' none).
 local function append(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local id = args[1]
   local h = cjson.decode(args[2])
   fence(p)
@@ -536,7 +541,7 @@ end
 -- ARGV: session id, first seq, last seq (clamped to the log): the log's last seq, the
 -- newest boundary's seq (0: none), then each event as stored_event gives, in seq order.
 local function read_range(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local s = redis.call('HMGET', p .. 's:' .. args[1], 'id', 'seq', 'bnd')
   if not s[1] then return {-1, 0} end
   local top = tonumber(s[2] or '0')
@@ -550,7 +555,7 @@ end
 
 -- ARGV: session id, event ids: the events of that log with those ids.
 local function read_ids(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local out = {}
   for i = 2, #args do
     local seq = redis.call('HGET', p .. 'i:' .. args[1], args[i])
@@ -560,12 +565,12 @@ local function read_ids(keys, args)
 end
 
 local function version(keys, args)
-  return tonumber(redis.call('HGET', keys[1] .. 's:' .. args[1], 'version') or '0')
+  return tonumber(redis.call('HGET', bucket(keys) .. 's:' .. args[1], 'version') or '0')
 end
 
 -- ARGV: session id, message id, '1' with a narration (ARGV[4]) or '0', stamp (ARGV[5])
 local function set_narration(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   fence(p)
   local seq = redis.call('HGET', p .. 'i:' .. args[1], args[2])
   if not seq then return 0 end
@@ -602,7 +607,7 @@ end
 -- ARGV: model, role letters, after ('' none), limit: message ids, with session id,
 -- role letter and content.
 local function pending(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local out = {}
   for _, id in ipairs(pending_of(p, args[1], args[2], args[3], tonumber(args[4]))) do
     local at = redis.call('HGET', p .. 'e', id)
@@ -616,12 +621,12 @@ local function pending(keys, args)
 end
 
 local function count_pending(keys, args)
-  return #pending_of(keys[1], args[1], args[2], '', 0)
+  return #pending_of(bucket(keys), args[1], args[2], '', 0)
 end
 
 -- ARGV: model, then per message: id, vector, stamp. Ids not in this bucket are skipped.
 local function set_embeddings(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   fence(p)
   local model = args[1]
   local done = 0
@@ -663,7 +668,7 @@ end
 -- ARGV: owner ('' any), session ('' any), role letters, k, tokens: the k best refs in
 -- scope (all of those tied with the k-th) with their scores, best first.
 local function text_search(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local owner, session, roles, k = args[1], args[2], args[3], tonumber(args[4])
   local command = {'ZINTER', #args - 4}
   for i = 5, #args do command[#command + 1] = p .. 't:' .. args[i] end
@@ -693,7 +698,7 @@ end
 -- ARGV: owner ('' any), session ('' any), role letters, model ('' any), width in bytes:
 -- every vector in scope as {seq, session, vector}.
 local function vector_scan(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local owner, session, roles, model, width = args[1], args[2], args[3], args[4], tonumber(args[5])
   local sessions
   if session ~= '' then
@@ -723,21 +728,21 @@ end
 
 -- ARGV: pairs of session id and seq: those events.
 local function read_refs(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local out = {}
   for i = 1, #args, 2 do out[#out + 1] = stored_event(p, args[i], args[i + 1]) end
   return out
 end
 
 local function stats(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   local v = redis.call('HMGET', p .. 'stats', 's', 'e', 'm', 'v')
   return {redis.call('HLEN', p .. 'users'), tonumber(v[1] or '0'), tonumber(v[2] or '0'),
     tonumber(v[3] or '0'), tonumber(v[4] or '0')}
 end
 
 local function put_users(keys, args)
-  local p = keys[1]
+  local p = bucket(keys)
   fence(p)
   for i = 2, #args, 2 do
     if args[1] == 'replace' then
