@@ -112,6 +112,29 @@ async def reads(url: str) -> tuple[float, float, float]:
         await store.close()
 
 
+async def memory_per_million(url: str, messages: int) -> float:
+    """The server's memory growth for ``messages`` messages (20 per session, in batches
+    of 20), scaled to a million, in bytes."""
+    store = await convostore.connect(url)
+    try:
+        backend = store.backend
+        nodes = backend.nodes  # type: ignore[attr-defined]
+        meta = backend._meta  # type: ignore[attr-defined]
+
+        async def used() -> int:
+            [info] = await nodes.call(meta, [("INFO", "memory")], write=False)
+            return int(info["used_memory"])
+
+        before = await used()
+        for number in range(messages // 20):
+            session = await store.create_session(User(f"m{number % 100}", "M"))
+            writes = [MessageWrite(Role.USER, f"{CONTENT} {n}") for n in range(20)]
+            await store.append_events(session.id, writes, 0)
+        return (await used() - before) * 1_000_000 / messages
+    finally:
+        await store.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--appends", type=int, default=20, help="per conversation")
@@ -129,6 +152,8 @@ async def main() -> None:
         for buckets in (64, 1024):
             ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
             print(f"one server, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+        per_million = await memory_per_million(url + "_memory", 20_000)
+        print(f"one server: {per_million / 2**30:.2f} GiB per million messages of 60 characters")
         first, fiftieth, window = await reads(url + "_reads")
         print(
             f"one server: listing page 1 {first:.2f} ms, page 50 {fiftieth:.2f} ms, "

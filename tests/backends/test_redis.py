@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
+from redis.crc import key_slot
 
 import convostore
 from convostore import (
@@ -38,6 +39,7 @@ if skip_reason := missing_driver("redis", "redis"):
 
 from convostore.backends import pending_migrations
 from convostore.backends.redis import RedisBackend
+from convostore.backends.redis.functions import function
 from convostore.backends.redis.url import parse_redis_url
 from tests.servers.redis import RedisCluster, RedisServer, shared_server
 from tests.servers.shared import ServerUnavailable
@@ -313,6 +315,28 @@ async def test_a_whole_cluster_restarted_from_its_files_keeps_every_append(
         await asyncio.to_thread(cluster.wait_until_healthy)
 
     await _under_writers(cluster, restart, "the whole cluster killed and restarted")
+
+
+async def test_slots_moved_to_a_new_node_lose_no_acknowledged_append(
+    cluster: RedisCluster,
+) -> None:
+    async def reshard(store: Store) -> None:
+        backend = store.backend
+        assert isinstance(backend, RedisBackend)
+        source = _master_of(cluster, store, OWNERS[0])
+        target = await asyncio.to_thread(cluster.add_master)
+        fences = [backend._prefix(b) + b"fence" for b in range(backend.buckets)]
+        slot = key_slot(fences[zlib.crc32(OWNERS[0].id.encode()) % backend.buckets])
+        freeze = [
+            ("FCALL", function("freeze"), 1, fence) for fence in fences if key_slot(fence) == slot
+        ]
+        await asyncio.to_thread(cluster.move_slot, slot, source, target, freeze)
+        for command in freeze:
+            fence = command[3]
+            await backend.nodes.call(fence, [("FCALL", function("thaw"), 1, fence)], write=True)
+        assert _master_of(cluster, store, OWNERS[0]) is target
+
+    await _under_writers(cluster, reshard, "a slot moved to a new node")
 
 
 async def test_a_write_not_confirmed_by_enough_replicas_raises_and_may_have_written(

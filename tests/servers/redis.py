@@ -304,6 +304,63 @@ class RedisCluster:
                 raise ServerUnavailable(f"timed out waiting for {what}")
             time.sleep(0.05)
 
+    def add_master(self) -> RedisServer:
+        """A new, empty master with a replica of its own, joined to the cluster (it
+        serves no slot yet)."""
+        import redis
+
+        master, replica = self._node(), self._node()
+        for node in (master, replica):
+            node.start()
+            self.nodes.append(node)
+        first = redis.Redis(port=self.nodes[0].port, socket_timeout=10)
+        follower = redis.Redis(port=replica.port, socket_timeout=10)
+        try:
+            for node in (master, replica):
+                _command(
+                    first, "CLUSTER", "MEET", "127.0.0.1", node.port,
+                    node.settings["cluster-port"],
+                )  # fmt: skip
+            self._wait(lambda: _known(first) == len(self.nodes), "the new nodes to meet")
+            self._wait(lambda: _known(follower) == len(self.nodes), "the new nodes to meet")
+            master_id = _myid(master)
+            self._wait(lambda: _replicate(follower, master_id), "the new replica to follow")
+        finally:
+            first.close()
+            follower.close()
+        self.wait_until_healthy()
+        return master
+
+    def move_slot(
+        self, slot: int, source: RedisServer, target: RedisServer, freeze: list[Any]
+    ) -> None:
+        """Move ``slot`` from ``source`` to ``target`` with all its keys in one
+        ``MIGRATE``, the commands ``freeze`` (run on the source first: convostore's
+        buckets of that slot frozen) keeping writers out meanwhile."""
+        import redis
+
+        clients = {n.port: redis.Redis(port=n.port, socket_timeout=30) for n in self.nodes}
+        try:
+            source_id = _command(clients[source.port], "CLUSTER", "MYID").decode()
+            target_id = _command(clients[target.port], "CLUSTER", "MYID").decode()
+            for command in freeze:
+                _command(clients[source.port], *command)
+            _command(clients[target.port], "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            _command(clients[source.port], "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            count = _command(clients[source.port], "CLUSTER", "COUNTKEYSINSLOT", slot)
+            keys = _command(clients[source.port], "CLUSTER", "GETKEYSINSLOT", slot, count)
+            if keys:
+                _command(
+                    clients[source.port], "MIGRATE", "127.0.0.1", target.port, "", 0, 30000,
+                    "KEYS", *keys,
+                )  # fmt: skip
+            for node in self.nodes:
+                if node.running:
+                    _command(clients[node.port], "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        finally:
+            for client in clients.values():
+                client.close()
+
     def stop(self) -> None:
         nodes, self.nodes = self.nodes, []
         for node in nodes:
@@ -318,6 +375,16 @@ class RedisCluster:
 def _command(client: Any, *args: Any) -> Any:
     """A command through the untyped ``execute_command`` of redis-py."""
     return client.execute_command(*args)
+
+
+def _myid(node: RedisServer) -> str:
+    import redis
+
+    client = redis.Redis(port=node.port, socket_timeout=10)
+    try:
+        return str(_command(client, "CLUSTER", "MYID").decode())
+    finally:
+        client.close()
 
 
 def _known(client: object) -> int:

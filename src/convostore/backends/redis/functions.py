@@ -1,9 +1,9 @@
 """The server-side functions of the Redis backend: one Lua library, loaded on every
 master with ``FUNCTION LOAD REPLACE``.
 
-Every function works in one owner bucket: ``KEYS[1]`` is the bucket's key prefix
-(``cs:<namespace>:{<bucket>}:``) and every key it touches starts with it, so the whole
-call runs in one slot. A write function checks everything before its first write (Lua
+Every function works in one owner bucket: ``KEYS[1]`` is the bucket's fence key
+(``cs:<namespace>:{<bucket>}:fence``), every key it touches starts with the same
+prefix, so the whole call runs in one slot, where the fence is. A write function checks everything before its first write (Lua
 is not rolled back) and returns a refusal as a reply, never as an error; every write
 function first moves the bucket's fence, so the ``WAITAOF`` sent after it on the same
 connection covers whatever earlier write it found (a replayed append returns an event
@@ -27,7 +27,8 @@ The keys of a bucket ``P``:
 - ``P t:<token>`` zset of ``<role letter><seq>:<session id>`` scored for text search;
 - ``P msgs`` zset (lex) of message ids with content; ``P emb`` hash id -> role letter
   and model;
-- ``P users`` hash user id -> JSON; ``P stats`` hash of counts; ``P fence``.
+- ``P users`` hash user id -> JSON; ``P stats`` hash of counts; ``P fence``;
+  ``P frozen`` while the bucket's slot moves (its writes then answer TRYAGAIN).
 """
 
 from __future__ import annotations
@@ -787,10 +788,33 @@ local reads = {
   {'text_search', text_search}, {'vector_scan', vector_scan},
   {'read_refs', read_refs}, {'stats', stats},
 }
-for i = 1, #writes do
-  redis.register_function{function_name = 'PREFIX' .. writes[i][1],
-    callback = writes[i][2]}
+-- A bucket whose slot is being moved is frozen: its writes are refused, before any
+-- write, with TRYAGAIN (which a client retries), until the move is done.
+local function guarded(callback)
+  return function(keys, args)
+    if redis.call('EXISTS', bucket(keys) .. 'frozen') == 1 then
+      return redis.error_reply('TRYAGAIN this owner bucket is being moved')
+    end
+    return callback(keys, args)
+  end
 end
+
+local function freeze(keys, args)
+  redis.call('SET', bucket(keys) .. 'frozen', '1')
+  return 1
+end
+
+local function thaw(keys, args)
+  return redis.call('DEL', bucket(keys) .. 'frozen')
+end
+
+for i = 1, #writes do
+  local callback = writes[i][2]
+  if i > 2 then callback = guarded(callback) end
+  redis.register_function{function_name = 'PREFIX' .. writes[i][1], callback = callback}
+end
+redis.register_function{function_name = 'PREFIX' .. 'freeze', callback = freeze}
+redis.register_function{function_name = 'PREFIX' .. 'thaw', callback = thaw}
 for i = 1, #reads do
   redis.register_function{function_name = 'PREFIX' .. reads[i][1],
     callback = reads[i][2], flags = {'no-writes'}}
