@@ -216,6 +216,10 @@ class Writers:
         self._stop.set()
         await asyncio.gather(*self._tasks)
 
+    def cancel(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
 
 OWNERS = [User(f"owner-{n}", f"Owner {n}") for n in range(6)]
 
@@ -265,8 +269,8 @@ async def _under_writers(
 ) -> None:
     started = time.monotonic()
     store = await convostore.connect(cluster.url(_namespace()), indexed_metadata=["team"])
+    writers = Writers(store, await _sessions(store))
     try:
-        writers = Writers(store, await _sessions(store))
         writers.start()
         await writers.until_each_wrote(5, FAULT_BUDGET)
         await fault(store)
@@ -279,6 +283,7 @@ async def _under_writers(
         )
         assert time.monotonic() - started < FAULT_BUDGET * 2
     finally:
+        writers.cancel()
         await store.close()
 
 

@@ -355,8 +355,9 @@ class RedisCluster:
                     "KEYS", *keys,
                 )  # fmt: skip
             for node in self.nodes:
-                if node.running:
-                    _command(clients[node.port], "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+                client = clients[node.port]
+                if node.running and client.info("replication").get("role") == "master":
+                    _command(client, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
         finally:
             for client in clients.values():
                 client.close()

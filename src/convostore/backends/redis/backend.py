@@ -102,15 +102,16 @@ class RedisBackend(Backend):
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
         try:
             await backend.nodes.connect()
-            await backend.nodes.call(
-                backend._meta,
-                [
-                    ("HSETNX", backend._meta, "buckets", backend.target.buckets),
-                    ("HSETNX", backend._meta, "schema", SCHEMA_VERSION),
-                ],
-                write=True,
-            )
-            await backend._read_meta()
+            if not await backend._read_meta():
+                await backend.nodes.call(
+                    backend._meta,
+                    [
+                        ("HSETNX", backend._meta, "buckets", backend.target.buckets),
+                        ("HSETNX", backend._meta, "schema", SCHEMA_VERSION),
+                    ],
+                    write=True,
+                )
+                await backend._read_meta()
         except BaseException:
             await backend.close()
             raise
@@ -131,13 +132,17 @@ class RedisBackend(Backend):
         finally:
             await backend.close()
 
-    async def _read_meta(self) -> None:
+    async def _read_meta(self) -> bool:
+        """Read the database's bucket count and schema; False when it has none yet."""
         [(buckets, schema)] = await self.nodes.call(
             self._meta, [("HMGET", self._meta, "buckets", "schema")], write=False
         )
+        if buckets is None or schema is None:
+            return False
         refuse_newer(int(schema), SCHEMA_VERSION, self.target.where)
         self.buckets = int(buckets)
         self._prefixes = [f"{self._base}{{{b}}}:".encode() for b in range(self.buckets)]
+        return True
 
     async def close(self) -> None:
         await self.nodes.close()

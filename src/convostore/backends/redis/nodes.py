@@ -61,12 +61,17 @@ class Nodes:
     # ---------------------------------------------------------------- lifecycle
 
     async def connect(self) -> None:
-        if self.target.cluster:
-            await self._read_slots()
-        else:
-            await self._client(self.target.nodes[0]).ping()
-        for address in self.masters():
-            await self.load_library(address)
+        """Reach the servers (read the cluster's slots) and load the functions on every
+        master."""
+        try:
+            if self.target.cluster:
+                await self._read_slots()
+            else:
+                await _command(self._client(self.target.nodes[0]), "PING")
+            for address in self.masters():
+                await self.load_library(address)
+        except redis_errors.RedisError as error:
+            raise translate_error(error, self.target.where) from error
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
