@@ -5,13 +5,15 @@ Every function works in one owner bucket: ``KEYS[1]`` is the bucket's fence key
 (``cs:<namespace>:{<bucket>}:fence``), every key it touches starts with the same
 prefix, so the whole call runs in one slot, where the fence is. A write function
 checks everything before its first write (Lua is not rolled back) and returns a
-refusal as a reply, never as an error; every write function first moves the bucket's fence, so the ``WAITAOF`` sent after it on the same
-connection covers whatever earlier write it found (a replayed append returns an event
-another client may have written a moment before).
+refusal as a reply, never as an error; every write function first moves the bucket's
+fence, so the ``WAITAOF`` sent after it on the same connection covers whatever earlier
+write it found (a replayed append returns an event another client may have written a
+moment before).
 
 The keys of a bucket ``P``:
 
-- ``P s:<id>`` hash: a session (fields ``SESSION_FIELDS``, plus ``cand``: its candidate
+- ``P s:<id>`` hash: a session (fields ``SESSION_FIELDS``, plus ``seq``: its log's
+  last seq (the version counts appends, not events), ``cand``: its candidate
   metadata index entries as JSON, ``idx``: the digests it is indexed under, ``bnd``:
   the seq of its newest COMPACTION);
 - ``P l:<id>`` hash: its log, field ``<seq>`` the event's fixed columns as JSON, then
