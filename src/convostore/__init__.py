@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from convostore.model import (
         COMPACTION,
         MESSAGE,
+        Appended,
         Asset,
         Attachment,
         DataAttachment,
@@ -158,6 +159,7 @@ _LAZY: dict[str, str] = {
     "new_id": "convostore.ids",
     "COMPACTION": "convostore.model",
     "MESSAGE": "convostore.model",
+    "Appended": "convostore.model",
     "Asset": "convostore.model",
     "Attachment": "convostore.model",
     "DataAttachment": "convostore.model",
@@ -184,6 +186,7 @@ __all__ = [
     "DEFAULT_URL",
     "MESSAGE",
     "AnyOf",
+    "Appended",
     "Asset",
     "AssistantMessage",
     "Attachment",

@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, TypeVar
 __all__ = [
     "COMPACTION",
     "MESSAGE",
+    "Appended",
     "Asset",
     "Attachment",
     "DataAttachment",
@@ -287,3 +288,12 @@ class SearchHit:
 
     message: Message
     score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What `Store.append` did: ``event`` is the stored event; ``applied`` is True when
+    this call wrote it, False when an earlier call had (a retried append, a replay)."""
+
+    event: Event
+    applied: bool

@@ -41,6 +41,7 @@ from convostore.conversation.titles import TitleGenerator
 from convostore.embedding import Embedder, EmbeddingFailed, ReembedReport, VectorIndexSpec
 from convostore.filters import EventFilter
 from convostore.model import (
+    Appended,
     DataAttachment,
     Event,
     EventWrite,
@@ -267,6 +268,12 @@ class SyncStore(SyncStoreBase):
         session raises `EventIdConflictError`. An unknown session raises
         `SessionNotFoundError` and creates nothing."""
         return self._run(self._target.append_event(session_id, write))
+
+    def append(self, session_id: str, write: MessageWrite | EventWrite) -> Appended:
+        """Append one event, as `append_event` does, and say whether this call wrote it:
+        ``Appended(event, applied=True)``, or ``applied=False`` when an earlier call
+        with the same id had stored it (a replay: nothing written, the version kept)."""
+        return self._run(self._target.append(session_id, write))
 
     def append_events(
         self, session_id: str, writes: Sequence[MessageWrite | EventWrite], expected_version: int

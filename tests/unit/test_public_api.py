@@ -32,6 +32,7 @@ NAMES_BY_MODULE = {
         "Page",
         "SessionSummary",
         "SearchHit",
+        "Appended",
         "MESSAGE",
         "COMPACTION",
     ],

@@ -12,7 +12,7 @@ from convostore import _json
 from convostore.embedding import EmbeddingFailed, check_vectors, should_embed
 from convostore.errors import InvalidArgumentError
 from convostore.filters import EventFilter
-from convostore.model import MESSAGE, Event, EventWrite, Message, MessageWrite
+from convostore.model import MESSAGE, Appended, Event, EventWrite, Message, MessageWrite
 from convostore.prepare import (
     PreparedAppend,
     check_id,
@@ -58,13 +58,19 @@ class LogOperations(StoreBase):
         session raises `EventIdConflictError`. An unknown session raises
         `SessionNotFoundError` and creates nothing.
         """
+        return (await self.append(session_id, write)).event
+
+    async def append(self, session_id: str, write: MessageWrite | EventWrite) -> Appended:
+        """Append one event, as `append_event` does, and say whether this call wrote it:
+        ``Appended(event, applied=True)``, or ``applied=False`` when an earlier call
+        with the same id had stored it (a replay: nothing written, the version kept)."""
         self._check_open()
         prepared = self._prepared_append(session_id, [write], None)
         prepared, failures = await self._embed(prepared)
         outcome = await self.backend.append(prepared)
         if outcome.applied:
             self._publish(failures)
-        return outcome.events[0]
+        return Appended(outcome.events[0], outcome.applied)
 
     async def append_events(
         self,

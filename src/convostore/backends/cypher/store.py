@@ -33,7 +33,7 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
+from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -87,6 +87,11 @@ class CypherBackend(Backend):
         # The vector index the database holds (None: none), as `_declare_vector_index`
         # last saw it.
         self.native_index: VectorIndexSpec | None = None
+
+    async def _vector_index_ready(self) -> bool:
+        """Whether `native_index` answers queries now; until it does (it is being
+        built), a vector search scans exactly."""
+        return True
 
     @abc.abstractmethod
     async def _run(self, query: str, parameters: dict[str, Any], *, write: bool) -> Rows:
@@ -312,6 +317,7 @@ class CypherBackend(Backend):
             and model == index.model
             and len(vector) == index.dimensions
             and metric == index.metric
+            and await self._vector_index_ready()
         )
         scope = (owner_id is not None, session_id is not None, roles is not None)
         query = self.queries.vector_search(indexed, metric, model is not None, scope)
@@ -327,17 +333,28 @@ class CypherBackend(Backend):
         }
         while True:
             rows = await self._run(query, parameters, write=False)
-            hits = [
-                SearchHit(message, self.dialect.score(metric, float(row[1])))
-                for row in rows
-                if row[2] is not None and isinstance(message := READER.event(row, 2), Message)
-            ]
+            hits = self._vector_hits(rows, metric)
             fetched = int(rows[0][0]) if rows else 0
-            if not indexed or len(hits) >= k or fetched < parameters["fetch"]:
+            if not indexed or len(hits) >= k:
+                break
+            if fetched < parameters["fetch"]:
+                # The index gave fewer nodes than asked and fewer than k in scope: it
+                # holds no more, or it is still being built, or it skips nodes whose
+                # vectors were replaced (FalkorDB after a re-embedding). Only the exact
+                # scan of the scope can tell: a search never misses for the index.
+                scan = self.queries.vector_search(False, metric, model is not None, scope)
+                hits = self._vector_hits(await self._run(scan, parameters, write=False), metric)
                 break
             parameters["fetch"] *= _FETCH_GROWTH
         hits.sort(key=lambda hit: -hit.score)
         return hits[:k]
+
+    def _vector_hits(self, rows: Rows, metric: Metric) -> list[SearchHit]:
+        return [
+            SearchHit(message, self.dialect.score(metric, float(row[1])))
+            for row in rows
+            if row[2] is not None and isinstance(message := READER.event(row, 2), Message)
+        ]
 
     async def text_search(self, query: TextQuery) -> list[SearchHit]:
         terms, k = query.terms, query.k

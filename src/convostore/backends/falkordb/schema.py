@@ -145,6 +145,20 @@ async def remove_indexed_key(run: Run, key: str) -> bool:
     return bool(rows and rows[0][0])
 
 
+# Each index's status: "OPERATIONAL", or "[Indexing] n/m: UNDER CONSTRUCTION" while it
+# is built (when a query of it fails).
+INDEX_STATUS: Final = "CALL db.indexes() YIELD label, types, status RETURN label, types, status"
+
+
+async def vector_index_operational(run: Run) -> bool:
+    """True when the graph's vector index exists and is built (queries of an index
+    under construction fail)."""
+    for label, types, status in await run(INDEX_STATUS, {}):
+        if label == q.VECTOR[0] and "VECTOR" in (types or {}).get(q.VECTOR[1], ()):
+            return str(status) == "OPERATIONAL"
+    return False
+
+
 async def read_vector_index(run: Run) -> VectorIndexSpec | None:
     _, _, dimensions, metric, model = (await run(q.READ_SCHEMA, _KEY))[0]
     if model is None:
@@ -160,10 +174,12 @@ async def declare_vector_index(
     spec: VectorIndexSpec,
     *,
     replace: bool,
-) -> VectorIndexSpec:
+    build: bool = True,
+) -> VectorIndexSpec | None:
     """Record ``spec`` if none is recorded (with ``replace``, in place of what is), then
-    make the graph's vector index the recorded one's: dropped and built again when its
-    width or metric changed. Returns what is recorded. Stored vectors are never
+    make the graph's vector index the recorded one's: dropped and built again when it
+    changed. Returns the spec of the index the graph now has, None when ``build`` is
+    False and none stands (it is built by a later call). Stored vectors are never
     dropped."""
     parameters = {
         **_KEY,
@@ -180,5 +196,7 @@ async def declare_vector_index(
         await ddl(queries.drop_vector_index())
         built = False
     if not built:
+        if not build:
+            return None
         await ddl(queries.vector_index(recorded.dimensions, recorded.metric))
     return recorded

@@ -53,6 +53,9 @@ class FalkorDBBackend(CypherBackend):
         self._where = target.where
         self._pool: aioredis.BlockingConnectionPool | None = None
         self._graph: AsyncGraph | None = None
+        # Whether `native_index` is known to be built (FalkorDB builds it in the
+        # background, and a query of it fails until then).
+        self._index_operational = False
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -186,9 +189,27 @@ class FalkorDBBackend(CypherBackend):
         return await schema.read_vector_index(self._schema_query)
 
     async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        self._index_operational = False
         self.native_index = await schema.declare_vector_index(
             self._schema_query, self._ddl, self.queries, spec, replace=replace
         )
+
+    async def _vector_index_ready(self) -> bool:
+        if not self._index_operational:
+            self._index_operational = await schema.vector_index_operational(self._read_query)
+        return self._index_operational
+
+    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+        """Point the vector index at ``spec``; True when that dropped it. The new index
+        is built after the run (`end_reembed`) over every new vector: one built while
+        the run replaces vectors skips nodes it replaced. Searches meanwhile scan."""
+        if await self.vector_index_spec() == spec:
+            return False
+        self._index_operational = False
+        self.native_index = await schema.declare_vector_index(
+            self._schema_query, self._ddl, self.queries, spec, replace=True, build=False
+        )
+        return True
 
 
 async def _durability(client: FalkorDB) -> dict[str, str]:

@@ -8,6 +8,7 @@ import pytest
 
 from convostore import (
     COMPACTION,
+    Appended,
     ConflictError,
     EventIdConflictError,
     EventWrite,
@@ -93,6 +94,29 @@ async def test_retried_event_write_returns_the_stored_event(store: Store) -> Non
     before = await snapshot(store, session.id)
     assert await store.append_event(session.id, event("APP.Y", {"n": 2}, id="e-1")) == first
     assert await snapshot(store, session.id) == before
+
+
+async def test_append_says_whether_this_call_wrote_the_event(store: Store) -> None:
+    session = await new_session(store)
+    written = await store.append(session.id, say("original", author=ALICE, id="m-1"))
+    assert isinstance(written, Appended)
+    assert written.applied is True
+    assert written.event.seq == 1
+    assert await store.read(session.id) == [written.event]
+    before = await snapshot(store, session.id)
+    replayed = await store.append(session.id, say("changed", author=BOB, id="m-1"))
+    assert replayed == Appended(written.event, applied=False)
+    assert await snapshot(store, session.id) == before
+    plain = await store.append(session.id, event("APP.X", {"n": 1}))
+    assert plain.applied is True
+    assert plain.event.seq == 2
+    assert await store.version(session.id) == 2
+
+
+async def test_append_of_an_unknown_session_raises_and_creates_nothing(store: Store) -> None:
+    with pytest.raises(SessionNotFoundError):
+        await store.append("no-such-session", say("x"))
+    assert await store.get_session("no-such-session") is None
 
 
 async def test_event_id_of_another_session_conflicts(store: Store) -> None:
