@@ -38,6 +38,8 @@ _SLOTS: Final = 16384
 # How long a call keeps retrying while the cluster moves slots or fails over.
 _SETTLE_SECONDS: Final = 20.0
 _NOT_LOADED: Final = "Function not found"
+# The masters this process loaded the library on.
+_LOADED: set[Address] = set()
 
 
 class _Retry(Exception):
@@ -85,8 +87,13 @@ class Nodes:
             return [self.target.nodes[0]]
         return list(dict.fromkeys(self._slots))
 
-    async def load_library(self, address: Address) -> None:
-        await _command(self._client(address), "FUNCTION", "LOAD", "REPLACE", LIBRARY)
+    async def load_library(self, address: Address, *, again: bool = False) -> None:
+        """Load the functions on the master at ``address``, once per process (a call
+        that finds them missing, after a restart without its files, loads them again).
+        A change to the library changes its version, so one version is one code."""
+        if again or address not in _LOADED:
+            await _command(self._client(address), "FUNCTION", "LOAD", "REPLACE", LIBRARY)
+            _LOADED.add(address)
 
     def _client(self, address: Address) -> aioredis.Redis:
         client = self._clients.get(address)
@@ -242,7 +249,7 @@ class Nodes:
             if isinstance(reply, redis_errors.ResponseError):
                 text = str(reply)
                 if _NOT_LOADED in text:
-                    await self.load_library(address)
+                    await self.load_library(address, again=True)
                     raise _Retry(reply)
                 if text.startswith(("READONLY", "MASTERDOWN", "CLUSTERDOWN", "LOADING")):
                     raise _Retry(reply)
