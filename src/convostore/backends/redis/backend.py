@@ -92,6 +92,8 @@ class RedisBackend(Backend):
         self._prefixes: list[bytes] = []
         self._directory: dict[str, int] = {}
         self._known_users: set[str] = set()
+        # Message id -> bucket, as pending_embeddings found them (for set_embeddings).
+        self._message_buckets: dict[str, int] = {}
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -679,14 +681,19 @@ class RedisBackend(Backend):
         replies = await self._everywhere(
             "pending", model, codec.role_letters(roles), after or "", limit, write=False
         )
-        pending = [
-            PendingEmbedding(
-                item[0].decode(), item[1].decode(), codec.ROLES_BY_LETTER[item[2].decode()],
-                item[3].decode(),
-            )
-            for reply in replies
-            for item in reply
-        ]  # fmt: skip
+        pending: list[PendingEmbedding] = []
+        for bucket, reply in enumerate(replies):
+            for item in reply:
+                message_id = item[0].decode()
+                pending.append(
+                    PendingEmbedding(
+                        message_id, item[1].decode(), codec.ROLES_BY_LETTER[item[2].decode()],
+                        item[3].decode(),
+                    )
+                )  # fmt: skip
+                self._message_buckets[message_id] = bucket
+        if len(self._message_buckets) > _DIRECTORY_CACHE:
+            self._message_buckets.clear()
         pending.sort(key=lambda p: p.message_id)
         return pending[:limit]
 
@@ -701,10 +708,24 @@ class RedisBackend(Backend):
     ) -> None:
         if not vectors:
             return
-        arguments: list[Any] = [model]
+        # A message pending_embeddings gave goes to its bucket; any other to every one
+        # (a bucket skips the ids it does not hold).
+        by_bucket: dict[int | None, list[Any]] = {}
         for message_id, vector in vectors:
-            arguments.extend((message_id, vector_blob(vector), new_stamp()))
-        await self._everywhere("set_embeddings", *arguments, write=True)
+            bucket = self._message_buckets.get(message_id)
+            by_bucket.setdefault(bucket, []).extend((message_id, vector_blob(vector), new_stamp()))
+        unknown = by_bucket.pop(None, None)
+        calls = [
+            (fence, ("FCALL", function("set_embeddings"), 1, fence, model, *arguments))
+            for bucket, arguments in by_bucket.items()
+            if bucket is not None and (fence := self._prefix(bucket) + b"fence")
+        ]
+        if unknown:
+            calls += [
+                (fence, ("FCALL", function("set_embeddings"), 1, fence, model, *unknown))
+                for fence in (prefix + b"fence" for prefix in self._prefixes)
+            ]
+        await self.nodes.fan_out(calls, write=True)
 
     async def _scope_buckets(self, scope: SearchScope) -> list[int] | None:
         """The buckets a search looks in (None: every one; []: none)."""
