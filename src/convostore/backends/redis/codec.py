@@ -5,6 +5,7 @@ of its columns. Times are integer microseconds; a vector is little-endian float3
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import Counter
@@ -34,6 +35,9 @@ __all__ = [
 ROLE_LETTERS: Final = {Role.USER: "u", Role.ASSISTANT: "a", Role.SYSTEM: "s", Role.TOOL: "t"}
 ROLES_BY_LETTER: Final = {letter: role for role, letter in ROLE_LETTERS.items()}
 _ALL_LETTERS: Final = "uast"
+MAX_INDEXED_WORDS: Final = 65_536
+"""The distinct words of one message the text index holds: its first ones (a message of
+more is still stored and read whole; each word indexed is one sorted-set entry)."""
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 READER: Final = RowReader(time_of=from_micros, vector_of=MICROS_READER.vector_of)
 
@@ -114,14 +118,15 @@ def event_arguments(prepared: PreparedEvent) -> tuple[str, str, bytes]:
     tokens = text_tokens(event.content)
     counts = Counter(tokens)
     norm = math.sqrt(len(tokens)) if tokens else 1.0
-    scores = [[token, repr(count / norm)] for token, count in counts.items()]
+    indexed = list(itertools.islice(counts.items(), MAX_INDEXED_WORDS))
+    scores = [[token, repr(count / norm)] for token, count in indexed]
     description = [
         event.id,
         event.type,
         ROLE_LETTERS[event.role],
         event.author_id or "",
         event.embedding_model or "",
-        " ".join(counts),
+        " ".join(token for token, _ in indexed),
         scores,
         "1" if event.content.strip() else "0",
         event.stamp,
