@@ -8,7 +8,8 @@ script starts (tests/servers/redis.py: AOF with appendfsync always on every node
 2. A cross-owner metadata lookup (it asks every bucket, one pipeline per master) at
    1,024 buckets, against the same lookup at 64.
 3. Listing (a page of 20 of one owner's 1,000 sessions, page 1 and page 50) and the
-   last-20 window of a 2,000-event log, on one server.
+   last-20 window of a 2,000-event log, on one server, and the same on the PostgreSQL
+   backend (a durable server of tests/servers/postgresql.py) on this machine.
 
     .venv/bin/python benchmarks/redis_bench.py [--appends N] [--skip-cluster]
 """
@@ -139,6 +140,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--appends", type=int, default=20, help="per conversation")
     parser.add_argument("--skip-cluster", action="store_true")
+    parser.add_argument("--skip-postgresql", action="store_true")
     arguments = parser.parse_args()
     from tests.servers.redis import RedisCluster, RedisServer
 
@@ -161,6 +163,15 @@ async def main() -> None:
         )
     finally:
         single.stop()
+    if not arguments.skip_postgresql:
+        from tests.servers.postgresql import PostgresServer
+
+        with PostgresServer(durable=True) as postgres:
+            first, fiftieth, window = await reads(postgres.url() + "?schema=bench_reads")
+            print(
+                f"PostgreSQL: listing page 1 {first:.2f} ms, page 50 {fiftieth:.2f} ms, "
+                f"last-20 of 2,000 events {window:.2f} ms"
+            )
     if arguments.skip_cluster:
         return
     cluster = RedisCluster()

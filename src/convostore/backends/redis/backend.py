@@ -614,15 +614,24 @@ class RedisBackend(Backend):
     async def _read_last(self, bucket: int, session_id: str, f: EventFilter) -> list[Event]:
         assert f.last is not None
         floor = (f.after_seq or 0) + 1
-        size = max(2 * f.last, 64)
-        version, _, _ = await self._range(bucket, session_id, 1, 0)
-        if version < 0:
+        plain = f == EventFilter(last=f.last, after_seq=f.after_seq)
+        # A plain window needs its events and the few back to a turn start.
+        size = min(f.last + 16 if plain else max(2 * f.last, 64), 10_000)
+        reply = await self._fcall(
+            bucket, "read_range", session_id, size, floor, "tail", write=False
+        )
+        top = int(reply[0])
+        if top < 0:
             return []
-        upper = version
+        tail = [codec.read_event(session_id, stored) for stored in reply[2:]]
+        upper = top
         matches: list[Event] = []  # newest first
         while upper >= floor:
             lower = max(floor, upper - size + 1)
-            _, _, events = await self._range(bucket, session_id, lower, upper)
+            if tail:
+                events, tail = tail, []
+            else:
+                _, _, events = await self._range(bucket, session_id, lower, upper)
             matches.extend(e for e in reversed(events) if f.matches(e))
             upper, size = lower - 1, min(size * 2, 10_000)
             if len(matches) >= f.last:

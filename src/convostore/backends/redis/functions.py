@@ -541,8 +541,9 @@ local function append(keys, args)
   return {'ok', base}
 end
 
--- ARGV: session id, first seq, last seq (clamped to the log): the log's last seq, the
--- newest boundary's seq (0: none), then each event as stored_event gives, in seq order.
+-- ARGV: session id, first seq, last seq (clamped to the log), or a count, a floor and
+-- 'tail': the log's last seq, the newest boundary's seq (0: none), then each event as
+-- stored_event gives, in seq order.
 local function read_range(keys, args)
   local p = bucket(keys)
   local s = redis.call('HMGET', p .. 's:' .. args[1], 'id', 'seq', 'bnd')
@@ -550,6 +551,10 @@ local function read_range(keys, args)
   local top = tonumber(s[2] or '0')
   local out = {top, tonumber(s[3] or '0')}
   local first, last = math.max(tonumber(args[2]), 1), math.min(tonumber(args[3]), top)
+  if args[4] == 'tail' then
+    -- ARGV[2] events at most, ending with the last one, none before seq ARGV[3].
+    first, last = math.max(top - tonumber(args[2]) + 1, tonumber(args[3]), 1), top
+  end
   for seq = first, last do
     out[#out + 1] = stored_event(p, args[1], tostring(seq))
   end
