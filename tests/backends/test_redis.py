@@ -149,6 +149,25 @@ async def test_the_bucket_count_is_fixed_when_the_database_is_created(server: Re
         await second.close()
 
 
+async def test_a_session_id_reused_by_another_owner_is_found_by_every_store(
+    server: RedisServer,
+) -> None:
+    url = server.url(_namespace())
+    first = await convostore.connect(url)
+    second = await convostore.connect(url)
+    try:
+        await first.create_session(User("ada", "Ada"), session_id="shared-id")
+        assert await second.get_session("shared-id") is not None  # second remembers it
+        assert await first.delete_session("shared-id")
+        again = await first.create_session(User("bob", "Bob"), session_id="shared-id")
+        assert again.owner_id == "bob"
+        assert await second.get_session("shared-id") == again
+        assert await second.version("shared-id") == 0
+    finally:
+        await first.close()
+        await second.close()
+
+
 # ---------------------------------------------------------------------------- a cluster
 
 

@@ -172,9 +172,10 @@ class RedisBackend(Backend):
         calls = [(key, ("FCALL", function(name), 1, key, *args)) for key in fences]
         return await self.nodes.fan_out(calls, write=write)
 
-    async def _locate(self, session_id: str) -> int | None:
-        """The bucket the session's directory entry names, or None."""
-        bucket = self._directory.get(session_id)
+    async def _locate(self, session_id: str, *, fresh: bool = False) -> int | None:
+        """The bucket the session's directory entry names, or None (``fresh``: read
+        again, not as this process remembers it)."""
+        bucket = None if fresh else self._directory.get(session_id)
         if bucket is not None:
             return bucket
         key = self._directory_key(session_id)
@@ -348,10 +349,16 @@ class RedisBackend(Backend):
         return codec.read_session(reply[1])
 
     async def get_session(self, session_id: str) -> Session | None:
+        remembered = session_id in self._directory
         bucket = await self._locate(session_id)
         if bucket is None:
             return None
         values = await self._fcall(bucket, "get_session", session_id, write=False)
+        if values is None and remembered:
+            # Deleted, and perhaps created again in another owner's bucket since.
+            moved = await self._locate(session_id, fresh=True)
+            if moved is not None and moved != bucket:
+                values = await self._fcall(moved, "get_session", session_id, write=False)
         return None if values is None else codec.read_session(values)
 
     async def update_session(self, changes: SessionChanges) -> Session:
