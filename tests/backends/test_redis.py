@@ -156,6 +156,9 @@ async def test_a_session_id_reused_by_another_owner_is_found_by_every_store(
     first = await convostore.connect(url)
     second = await convostore.connect(url)
     try:
+        backend = first.backend
+        assert isinstance(backend, RedisBackend)
+        assert backend._bucket("ada") != backend._bucket("bob")  # or this proves nothing
         await first.create_session(User("ada", "Ada"), session_id="shared-id")
         assert await second.get_session("shared-id") is not None  # second remembers it
         assert await first.delete_session("shared-id")
