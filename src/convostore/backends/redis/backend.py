@@ -399,12 +399,13 @@ class RedisBackend(Backend):
             return False
         return bool(await self._fcall(bucket, "delete_session", session_id, write=True))
 
-    async def _listing(self, page: SessionPage) -> list[Session]:
+    async def _listing(self, page: SessionPage) -> list[Any]:
+        """The session rows of one page (see `Backend.list_sessions`)."""
         after = page.after
         after_at = ""
         if after is not None and after.last_activity_us is not None:
             after_at = str(after.last_activity_us)
-        rows = await self._fcall(
+        rows: list[Any] = await self._fcall(
             self._bucket(page.owner_id),
             "list_sessions",
             "=" + page.owner_id,
@@ -416,26 +417,13 @@ class RedisBackend(Backend):
             page.limit,
             write=False,
         )
-        return [codec.read_session(values) for values in rows]
+        return rows
 
     async def list_sessions(self, page: SessionPage) -> list[Session]:
-        return await self._listing(page)
+        return [codec.read_session(values) for values in await self._listing(page)]
 
     async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
-        after = page.after
-        rows = await self._fcall(
-            self._bucket(page.owner_id),
-            "list_sessions",
-            "=" + page.owner_id,
-            "c" if page.order is SessionOrder.CREATED else "a",
-            "1" if page.filter.include_parts else "0",
-            page.filter.kind or "",
-            "" if after is None else after.session_id,
-            "" if after is None or after.last_activity_us is None else str(after.last_activity_us),
-            page.limit,
-            write=False,
-        )
-        return await self._summaries(rows)
+        return await self._summaries(await self._listing(page))
 
     async def _summaries(self, rows: Sequence[Sequence[Any]]) -> list[SessionSummary]:
         ids = [codec.text(value) for row in rows for value in (row[1], row[13])]
