@@ -205,9 +205,11 @@ class Writers:
             self._tasks.append(asyncio.create_task(self._write(session_id)))
 
     async def _write(self, session_id: str) -> None:
+        # The outage: the longest time between two acknowledged appends of one writer
+        # (a call the client retried inside counts, not only the errors it raised).
+        last = time.monotonic()
         for number in itertools.count():
             event_id = f"{session_id}-{number}"
-            failing_since: float | None = None
             while True:
                 if self._stop.is_set():
                     return
@@ -216,12 +218,11 @@ class Writers:
                     break
                 except BackendUnavailableError:
                     self.errors += 1
-                    failing_since = failing_since or time.monotonic()
                     await asyncio.sleep(0.05)
             self.acknowledged[session_id].append(event_id)
-            if failing_since is not None:
-                outage = time.monotonic() - failing_since
-                self.longest_outage = max(self.longest_outage, outage)
+            now = time.monotonic()
+            self.longest_outage = max(self.longest_outage, now - last)
+            last = now
 
     def counts(self) -> list[int]:
         return [len(self.acknowledged[s]) for s in self.sessions]

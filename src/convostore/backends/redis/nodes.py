@@ -257,7 +257,13 @@ class Nodes:
         if durable:
             confirmed = replies[-1]
             if isinstance(confirmed, BaseException):
-                raise translate_error(confirmed, target.where)
+                # A master demoted while it waited ("UNBLOCKED ... master -> replica"):
+                # the write ran there and may be lost or kept.
+                raise BackendUnavailableError(
+                    f"{target.where}: the write was not confirmed ({confirmed}); it may "
+                    "have been applied: retry it (an append with the same event ids is "
+                    "safe to retry)"
+                ) from confirmed
             local, copies = int(confirmed[0]), int(confirmed[1])
             if local < 1 or copies < replicas:
                 raise BackendUnavailableError(
@@ -294,6 +300,8 @@ def translate_error(error: BaseException, where: str) -> StoreError:
     ):
         return BackendUnavailableError(detail)
     text = str(error)
-    if text.startswith(("NOAUTH", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "LOADING", "OOM")):
+    if text.startswith(
+        ("NOAUTH", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "LOADING", "OOM", "UNBLOCKED")
+    ):
         return BackendUnavailableError(detail)
     return StoreError(detail)
