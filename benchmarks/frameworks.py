@@ -11,6 +11,15 @@ default SQLite store, in one run, on fresh files:
   last-N read).
 - LangGraph: `ConvostoreSaver` against `AsyncSqliteSaver`: ``aput`` of a checkpoint;
   ``aget_tuple`` of the latest, and ``alist(limit=20)``, on a long thread.
+- LlamaIndex: `ConvostoreDBChatStore` against `SQLAlchemyChatStore` on SQLite (what
+  `Memory` uses): ``add_message``; ``get_messages`` of the active queue (what `Memory`
+  reads before each call) on a long history.
+- Microsoft Agent Framework: `ConvostoreHistoryProvider` against `FileHistoryProvider`:
+  ``save_messages`` of one new message (both read what is stored to find what is new);
+  ``get_messages`` on a long history.
+- Pydantic AI: `ConvostoreConversationStore` against `InMemoryConversationStore` (its only
+  shipped store, in memory): ``save`` of a conversation one message longer;
+  ``load(limit=20)`` of a long one.
 
 Figures are operations per second (higher is better); the ratio is convostore over the
 peer (above 1: convostore is faster). The target is a ratio above 1 on every line.
@@ -191,6 +200,96 @@ async def langgraph(folder: Path, adds: int, history: int, reads: int) -> None:
     await store.close()
 
 
+async def llama_index(folder: Path, adds: int, history: int, reads: int) -> None:
+    from llama_index.core.llms import ChatMessage
+    from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
+
+    from convostore.integrations.llama_index import ConvostoreDBChatStore
+
+    store = await _store(folder)
+    ours = ConvostoreDBChatStore(store, table_name="bench")
+    peer = SQLAlchemyChatStore(
+        table_name="bench", async_database_uri=f"sqlite+aiosqlite:///{folder / 'li.db'}"
+    )
+    chat_stores: list[Any] = [ours, peer]
+
+    def add_to(chat_store: Any) -> Operation:
+        return lambda i: chat_store.add_message("k", ChatMessage(role="user", content=f"m {i}"))
+
+    _line("llama-index add_message", *[await _rate(add_to(c), adds) for c in chat_stores])
+    batch = [ChatMessage(role="user", content=f"old {i}") for i in range(history)]
+    for chat_store in chat_stores:
+        await chat_store.add_messages("k", batch)
+    rates = [
+        await _rate(_same(partial(c.get_messages, "k")), max(reads // 10, 5)) for c in chat_stores
+    ]
+    _line(f"llama-index get_messages (active) of {history + adds:,}", *rates)
+    if peer._async_engine is not None:
+        await peer._async_engine.dispose()
+    await store.close()
+
+
+async def agent_framework(folder: Path, adds: int, history: int, reads: int) -> None:
+    import warnings
+
+    from agent_framework import FileHistoryProvider, Message
+
+    from convostore.integrations.agent_framework import ConvostoreHistoryProvider
+
+    store = await _store(folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        providers: list[Any] = [ConvostoreHistoryProvider(store), FileHistoryProvider(folder)]
+
+    def save_to(provider: Any) -> Operation:
+        return lambda i: provider.save_messages("s", [Message("user", [f"m {i}"])])
+
+    _line(
+        "agent-framework save_messages (1 new)", *[await _rate(save_to(p), adds) for p in providers]
+    )
+    batch = [Message("user", [f"old {i}"]) for i in range(history)]
+    for provider in providers:
+        await provider.save_messages("s", batch)
+    rates = [
+        await _rate(_same(partial(p.get_messages, "s")), max(reads // 10, 5)) for p in providers
+    ]
+    _line(f"agent-framework get_messages of {history + adds:,}", *rates)
+    await store.close()
+
+
+async def pydantic_ai(folder: Path, adds: int, history: int, reads: int) -> None:
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.conversation_store import InMemoryConversationStore
+    from pydantic_ai.messages import ModelRequest
+
+    from convostore.integrations.pydantic_ai import ConvostoreConversationStore
+
+    store = await _store(folder)
+    conversation_stores: list[Any] = [
+        ConvostoreConversationStore(store),
+        InMemoryConversationStore(),
+    ]
+    conversations = [Conversation(conversation_id="c") for _ in conversation_stores]
+
+    def save_to(conversation_store: Any, conversation: Any) -> Operation:
+        async def save(i: int) -> object:
+            conversation.messages.append(ModelRequest.user_text_prompt(f"m {i}"))
+            return await conversation_store.save(conversation)
+
+        return save
+
+    pairs = list(zip(conversation_stores, conversations, strict=True))
+    _line("pydantic-ai save (1 new message)", *[await _rate(save_to(*p), adds) for p in pairs])
+    for conversation_store, conversation in pairs:
+        conversation.messages.extend(
+            ModelRequest.user_text_prompt(f"old {i}") for i in range(history)
+        )
+        await conversation_store.save(conversation)
+    rates = [await _rate(_same(partial(s.load, "c", limit=20)), reads) for s in conversation_stores]
+    _line(f"pydantic-ai load(limit=20) of {history + adds:,}", *rates)
+    await store.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--adds", type=int, default=300)
@@ -199,7 +298,15 @@ async def main() -> None:
     args = parser.parse_args()
     print("adapters on convostore's SQLite against each framework's own SQLite store (ops/s)")
     print(f"  {'operation':<44} {'convostore':>10} {'peer':>10} {'ratio':>7}  target >1")
-    for run in (openai_agents, adk, langchain, langgraph):
+    for run in (
+        openai_agents,
+        adk,
+        langchain,
+        langgraph,
+        llama_index,
+        agent_framework,
+        pydantic_ai,
+    ):
         with tempfile.TemporaryDirectory() as folder:
             await run(Path(folder), args.adds, args.history, args.reads)
 

@@ -15,7 +15,7 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,falkordb,redis,test-servers,openai-agents,adk,langchain,langgraph,framework-peers,bench]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,falkordb,redis,test-servers,openai-agents,adk,langchain,langgraph,llama-index,agent-framework,pydantic-ai,framework-peers,bench]'
 # The web inspector's test drives Debian's Chromium with its driver (never a downloaded
 # browser).
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then

@@ -25,6 +25,9 @@ _FRAMEWORK_OF = {
     "test_langchain.py": "langchain_core",
     "test_langgraph.py": "langgraph.checkpoint.conformance",
     "test_importers.py": "langchain_community",
+    "test_llama_index.py": "llama_index.core",
+    "test_agent_framework.py": "agent_framework",
+    "test_pydantic_ai.py": "pydantic_ai",
 }
 
 

@@ -75,4 +75,7 @@ IMPORT_FORMATS: dict[str, ImportFormat] = {
     "langchain-sql": ImportFormat(
         "a LangChain SQLChatMessageHistory SQLite database", _import_framework
     ),
+    "llamaindex-sql": ImportFormat(
+        "a LlamaIndex SQLAlchemyChatStore (Memory's) SQLite database", _import_framework
+    ),
 }

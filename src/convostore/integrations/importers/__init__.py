@@ -6,7 +6,9 @@
 - ``adk-db``: Google ADK's `DatabaseSessionService` SQLite databases
   (`import_adk_db`, extra ``adk``);
 - ``langchain-sql``: LangChain's `SQLChatMessageHistory` tables in SQLite
-  (`import_langchain_sql`, extra ``langchain``).
+  (`import_langchain_sql`, extra ``langchain``);
+- ``llamaindex-sql``: LlamaIndex's `SQLAlchemyChatStore` tables in SQLite (what
+  `Memory` keeps its queue in; `import_llamaindex_sql`, extra ``llama-index``).
 
 Each reads the peer's file read-only and writes its sessions with their original ids,
 order and times (where the peer keeps them), as the matching adapter writes them, one
@@ -35,11 +37,12 @@ __all__ = [
     "Progress",
     "import_adk_db",
     "import_langchain_sql",
+    "import_llamaindex_sql",
     "import_openai_sqlite",
     "import_source",
 ]
 
-FORMATS = ("openai-sqlite", "adk-db", "langchain-sql")
+FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "llamaindex-sql")
 
 
 async def import_openai_sqlite(
@@ -69,10 +72,20 @@ async def import_langchain_sql(
     return await run(source, store, progress=progress, **options)
 
 
+async def import_llamaindex_sql(
+    source: str | Path, store: Store, *, progress: Progress | None = None, **options: Any
+) -> ImportReport:
+    """See `convostore.integrations.importers.llamaindex_sql.import_llamaindex_sql`."""
+    from convostore.integrations.importers.llamaindex_sql import import_llamaindex_sql as run
+
+    return await run(source, store, progress=progress, **options)
+
+
 _IMPORTERS: dict[str, Callable[..., Awaitable[ImportReport]]] = {
     "openai-sqlite": import_openai_sqlite,
     "adk-db": import_adk_db,
     "langchain-sql": import_langchain_sql,
+    "llamaindex-sql": import_llamaindex_sql,
 }
 
 
