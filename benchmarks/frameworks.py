@@ -11,6 +11,12 @@ default SQLite store, in one run, on fresh files:
   last-N read).
 - LangGraph: `ConvostoreSaver` against `AsyncSqliteSaver`: ``aput`` of a checkpoint;
   ``aget_tuple`` of the latest, and ``alist(limit=20)``, on a long thread.
+- Strands Agents: `ConvostoreSessionRepository` (on a `convostore.sync` store, as a
+  Strands app holds it) against `FileSessionManager` (Strands' default: a JSON file per
+  message): ``create_message`` of one message, at SQLite's default ``synchronous=FULL``
+  (an fsync per write) and at ``NORMAL`` (the file store writes without an fsync);
+  ``list_messages`` of a whole long session, which is what restoring an agent reads.
+  Strands' calls are blocking, so both run on the benchmark's thread.
 - LlamaIndex: `ConvostoreDBChatStore` against `SQLAlchemyChatStore` on SQLite (what
   `Memory` uses): ``add_message``; ``get_messages`` of the active queue (what `Memory`
   reads before each call) on a long history.
@@ -34,7 +40,7 @@ import asyncio
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -200,6 +206,52 @@ async def langgraph(folder: Path, adds: int, history: int, reads: int) -> None:
     await store.close()
 
 
+async def strands(folder: Path, adds: int, history: int, reads: int) -> None:
+    from strands.session.file_session_manager import FileSessionManager
+    from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
+
+    import convostore.sync
+    from convostore.integrations.strands import ConvostoreSessionRepository
+
+    def message(index: int) -> SessionMessage:
+        text: Any = {"role": "user", "content": [{"text": f"message {index}"}]}
+        return SessionMessage.from_message(text, index)
+
+    def add_to(repository: Any, counter: Iterator[int]) -> Operation:
+        async def add(i: int) -> object:
+            return repository.create_message("bench", "agent", message(next(counter)))
+
+        return add
+
+    def restore(repository: Any) -> Operation:
+        async def listing(i: int) -> object:
+            return repository.list_messages("bench", "agent")
+
+        return listing
+
+    for synchronous in ("full", "normal"):
+        peer = FileSessionManager(session_id="bench", storage_dir=str(folder / synchronous))
+        peer.create_agent("bench", SessionAgent("agent", {}, {}))
+        peer_counter = iter(range(10**9))
+        url = f"sqlite:///{folder / f'strands-{synchronous}.db'}?synchronous={synchronous}"
+        with convostore.sync.connect(url) as store:
+            ours = ConvostoreSessionRepository(store)
+            ours.create_session(Session("bench", SessionType.AGENT))
+            ours.create_agent("bench", SessionAgent("agent", {}, {}))
+            counter = iter(range(10**9))
+            rates = [await _rate(add_to(ours, counter), adds)]
+            rates.append(await _rate(add_to(peer, peer_counter), adds))
+            _line(f"strands create_message (1 message, {synchronous})", *rates)
+            if synchronous == "full":
+                continue
+            for repository, numbers in ((ours, counter), (peer, peer_counter)):
+                for _ in range(history):
+                    repository.create_message("bench", "agent", message(next(numbers)))
+            rates = [await _rate(restore(r), max(reads // 10, 5)) for r in (ours, peer)]
+            count = len(ours.list_messages("bench", "agent"))
+            _line(f"strands list_messages (restore) of {count:,}", *rates)
+
+
 async def llama_index(folder: Path, adds: int, history: int, reads: int) -> None:
     from llama_index.core.llms import ChatMessage
     from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
@@ -306,6 +358,7 @@ async def main() -> None:
         llama_index,
         agent_framework,
         pydantic_ai,
+        strands,
     ):
         with tempfile.TemporaryDirectory() as folder:
             await run(Path(folder), args.adds, args.history, args.reads)

@@ -32,6 +32,7 @@ import numpy.typing as npt
 import convostore
 from convostore import MessageWrite, Role, Store, User
 from convostore.backends.sqlite import SQLiteBackend
+from convostore.ids import new_stamp
 from corpus import Matrix, load_corpus
 from recall import CorpusEmbedder, percentile
 
@@ -200,7 +201,8 @@ async def run(count: int, queries: int, database: str | None) -> None:
             message = await store.add_message(session.id, write)
             took, _ = await timed_search(store, query)
             print(f"  first search after an insert: {took * 1000:.1f} ms")
-            await backend.set_embeddings(corpus.model, [(message.id, tuple(vectors[1].tolist()))])
+            vector = (message.id, tuple(vectors[1].tolist()))
+            await backend.set_embeddings(corpus.model, [vector], new_stamp())
             took, _ = await timed_search(store, query)
             print(f"  first search after a re-embedding: {took * 1000:.1f} ms")
             await store.delete_session(session.id)

@@ -15,12 +15,19 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,falkordb,redis,test-servers,openai-agents,adk,langchain,langgraph,llama-index,agent-framework,pydantic-ai,framework-peers,bench]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,metrics,tracing,falkordb,redis,test-servers,openai-agents,adk,langchain,langgraph,strands,llama-index,agent-framework,pydantic-ai,framework-peers,bench]'
+# The frameworks' own test suites the adapters are run against (never committed).
+scripts/fetch_framework_tests.sh
 # The web inspector's test drives Debian's Chromium with its driver (never a downloaded
 # browser).
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+# wrk, the load generator benchmarks/server_load.py drives the server with.
+if ! command -v wrk >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
 # The test server's pgvector, rebuilt once for any x86-64 processor (see the script).
 scripts/build_pgvector.sh

@@ -283,6 +283,6 @@ async def connect(
     ``embedder`` embeds each message as it is added and declares the vector index;
     ``indexed_metadata`` names the session metadata keys `Store.find_sessions_by_metadata`
     can search."""
-    from convostore.backends import open_store
+    from convostore.store.lifecycle import open_store
 
     return await open_store(url, indexed_metadata=indexed_metadata, embedder=embedder, **options)

@@ -9,7 +9,6 @@ message), so a turn is never split; the newest turn is always kept.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
@@ -18,10 +17,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from convostore import _json
-from convostore.errors import InvalidArgumentError, SessionNotFoundError
-from convostore.filters import EventFilter, is_turn_start
-from convostore.ids import new_id
-from convostore.model import COMPACTION, Event, EventWrite, Message, MessageWrite, Role
+from convostore.errors import InvalidArgumentError
+from convostore.filters import is_turn_start
+from convostore.model import Event, Message
 
 if TYPE_CHECKING:
     from convostore.store import Store
@@ -232,9 +230,8 @@ async def compact(
     summarize: Summarize,
     trigger: CompactionTrigger | None = None,
 ) -> CompactionResult | None:
-    """Compact the session's active view (see `Store.compact`)."""
-    outcome = await compact_outcome(store, session_id, strategy, summarize, trigger)
-    return outcome.result
+    """Compact the session's active view (`Store.compact`)."""
+    return await store.compact(session_id, strategy, summarize, trigger)
 
 
 async def compact_outcome(
@@ -244,69 +241,8 @@ async def compact_outcome(
     summarize: Summarize,
     trigger: CompactionTrigger | None = None,
 ) -> CompactionOutcome:
-    """`compact`, saying why nothing was written (see `Store.compact_outcome`)."""
-    if not isinstance(strategy, CompactionStrategy):
-        raise InvalidArgumentError("strategy must have a cut(view) method")
-    # The version is read before the view: if anything is appended in between, the
-    # batch below is refused rather than dropping an event this run never saw.
-    version = await store.version(session_id)
-    if version == 0 and await store.get_session(session_id) is None:
-        raise SessionNotFoundError(f"no session {session_id!r}")
-    view = await store.read(session_id, EventFilter(active_view=True))
-    if trigger is not None and not trigger.should_compact(view):
-        return _skipped(session_id, CompactionSkipped.TRIGGER_NOT_FIRED)
-    wanted = strategy.cut(view)
-    cut = 0 if wanted <= 0 else snap_to_turn_start(view, wanted)
-    if cut == 0:
-        return _skipped(session_id, CompactionSkipped.NOTHING_TO_COMPACT)
-    leaving, kept = list(view[:cut]), list(view[cut:])
-    summaries = await _summaries(summarize, leaving)
-    boundary_id = new_id()
-    summary_ids = tuple(new_id() for _ in summaries)
-    kept_ids = tuple(event.id for event in kept)
-    writes: list[EventWrite | MessageWrite] = [
-        EventWrite(
-            COMPACTION,
-            {"kept_event_ids": list(kept_ids), "summary_event_ids": list(summary_ids)},
-            id=boundary_id,
-            synthetic=True,
-        ),
-        *(
-            MessageWrite(Role.SYSTEM, text, id=summary_id, synthetic=True)
-            for summary_id, text in zip(summary_ids, summaries, strict=True)
-        ),
-    ]
-    if not await store.append_events(session_id, writes, expected_version=version):
-        return _skipped(session_id, CompactionSkipped.VERSION_MOVED)
-    result = CompactionResult(
-        boundary_id=boundary_id,
-        summary_ids=summary_ids,
-        kept_event_ids=kept_ids,
-        compacted_event_ids=tuple(event.id for event in leaving),
-        version=version + 1,
-    )
-    return CompactionOutcome(result, None)
-
-
-def _skipped(session_id: str, why: CompactionSkipped) -> CompactionOutcome:
-    log.debug("compaction of session %s wrote nothing: %s", session_id, why.value)
-    return CompactionOutcome(None, why)
-
-
-async def _summaries(summarize: Summarize, events: list[Event]) -> list[str]:
-    result = summarize(events)
-    if inspect.isawaitable(result):
-        result = await result
-    texts: list[object] = (
-        [result]
-        if isinstance(result, str)
-        else list(result)
-        if isinstance(result, list)
-        else [result]
-    )
-    if not all(isinstance(text, str) for text in texts):
-        raise InvalidArgumentError("summarize must return a string or a list of strings")
-    return [str(text) for text in texts]
+    """`compact`, saying why nothing was written (`Store.compact_outcome`)."""
+    return await store.compact_outcome(session_id, strategy, summarize, trigger)
 
 
 def _require_positive(value: int, name: str) -> None:

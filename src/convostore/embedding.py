@@ -13,17 +13,14 @@ import hashlib
 import itertools
 import logging
 import math
-import re
-import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from convostore.errors import BackendUnavailableError, InvalidArgumentError, ReembedIncompleteError
-from convostore.model import Role
-
-if TYPE_CHECKING:
-    from convostore.store import Store
+from convostore._text import text_tokens
+from convostore.backends.spi import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.errors import BackendUnavailableError, InvalidArgumentError
+from convostore.model import ReembedReport, Role
 
 __all__ = [
     "DEFAULT_EMBEDDED_ROLES",
@@ -38,14 +35,12 @@ __all__ = [
     "VectorIndexSpec",
     "check_vectors",
     "embedded_roles",
-    "reembed",
     "should_embed",
     "text_tokens",
 ]
 
 log = logging.getLogger("convostore.embedding")
 
-Metric = Literal["cosine", "euclidean"]
 DEFAULT_EMBEDDED_ROLES: tuple[Role, ...] = (Role.USER, Role.ASSISTANT, Role.TOOL)
 
 
@@ -69,47 +64,6 @@ class EmbeddingFailed:
     message_id: str
     role: Role
     cause: BaseException
-
-
-@dataclass(frozen=True, slots=True)
-class ReembedReport:
-    """What `Store.reembed` did: how many messages it embedded, and whether it
-    recreated the vector index (a new model or width)."""
-
-    messages: int
-    index_recreated: bool
-
-
-@dataclass(frozen=True, slots=True)
-class VectorIndexSpec:
-    """The vector index a store keeps, declared from its embedder."""
-
-    dimensions: int
-    metric: Metric
-    model: str
-
-    @classmethod
-    def of(cls, embedder: Embedder) -> VectorIndexSpec:
-        declared = getattr(embedder, "metric", "cosine")
-        if declared not in ("cosine", "euclidean"):
-            raise InvalidArgumentError(f"unknown vector metric {declared!r}")
-        metric: Metric = "cosine" if declared == "cosine" else "euclidean"
-        dimensions = embedder.dimensions
-        if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1:
-            raise InvalidArgumentError("an embedder's dimensions must be a positive integer")
-        if not isinstance(embedder.name, str) or not embedder.name.strip():
-            raise InvalidArgumentError("an embedder's name must be a non-blank string")
-        return cls(dimensions, metric, embedder.name)
-
-
-@dataclass(frozen=True, slots=True)
-class PendingEmbedding:
-    """A message that has no vector of the current model."""
-
-    message_id: str
-    session_id: str
-    role: Role
-    content: str
 
 
 class RoleFilteringEmbedder:
@@ -161,21 +115,6 @@ def check_vectors(vectors: Any, expected: int, dimensions: int) -> list[tuple[fl
             raise ValueError("the embedder returned a vector with a non-finite value")
         checked.append(values)
     return checked
-
-
-_WORD = re.compile(r"[^\W_]+")
-_ASCII_WORD = re.compile(r"[a-z0-9]+")
-
-
-def text_tokens(text: str) -> list[str]:
-    """Lowercase words without diacritics: how text search splits text everywhere."""
-    if text.isascii():
-        # The same words, faster: ASCII has no diacritics, its case folding is lower(),
-        # and its word characters other than "_" are letters and digits.
-        return _ASCII_WORD.findall(text.lower())
-    folded = unicodedata.normalize("NFKD", text.casefold())
-    stripped = "".join(c for c in folded if not unicodedata.combining(c))
-    return _WORD.findall(stripped)
 
 
 class HashingEmbedder:
@@ -258,89 +197,3 @@ class SentenceTransformerEmbedder:
                 self._model.encode, list(texts), normalize_embeddings=True
             )
         return [list(map(float, row)) for row in matrix]
-
-
-async def reembed(
-    store: Store,
-    embedder: Embedder,
-    *,
-    batch_size: int = 64,
-    max_failed_calls: int = 5,
-    on_progress: Callable[[int, int], None] | None = None,
-) -> ReembedReport:
-    """Embed every message that has no vector or another model's (see `Store.reembed`).
-    ``on_progress(done, total)`` is called after each page: messages handled so far
-    (embedded, failed or skipped) of those pending at the start."""
-    if batch_size < 1 or max_failed_calls < 1:
-        raise InvalidArgumentError("batch_size and max_failed_calls must be positive")
-    spec = VectorIndexSpec.of(embedder)
-    roles = embedded_roles(embedder)
-    recreated = await store.backend.begin_reembed(spec)
-    run = _ReembedRun(embedder, spec, max_failed_calls)
-    total = await store.backend.count_pending_embeddings(spec.model, roles)
-    try:
-        after: str | None = None
-        while not run.gave_up:
-            page = await store.backend.pending_embeddings(spec.model, roles, after, batch_size)
-            if not page:
-                break
-            after = page[-1].message_id
-            wanted = [p for p in page if should_embed(embedder, p.role, p.content)]
-            run.skipped += len(page) - len(wanted)
-            embedded = await run.embed(wanted)
-            if embedded:
-                await store.backend.set_embeddings(spec.model, embedded)
-                run.embedded += len(embedded)
-            if on_progress is not None:
-                on_progress(min(total, run.embedded + len(run.failed) + run.skipped), total)
-    finally:
-        await store.backend.end_reembed(spec)
-    report = ReembedReport(messages=run.embedded, index_recreated=recreated)
-    not_attempted = max(0, total - run.embedded - len(run.failed) - run.skipped)
-    if run.failed or not_attempted:
-        raise ReembedIncompleteError(run.failed, not_attempted, report)
-    return report
-
-
-class _ReembedRun:
-    """One re-embedding run: splits failing batches, counts failed calls in a row."""
-
-    def __init__(self, embedder: Embedder, spec: VectorIndexSpec, max_failed_calls: int):
-        self.embedder = embedder
-        self.spec = spec
-        self.max_failed_calls = max_failed_calls
-        self.failed_calls_in_a_row = 0
-        self.gave_up = False
-        self.embedded = 0
-        self.skipped = 0
-        self.failed: list[str] = []
-
-    async def embed(self, items: Sequence[PendingEmbedding]) -> list[tuple[str, tuple[float, ...]]]:
-        if not items or self.gave_up:
-            return []
-        try:
-            vectors = check_vectors(
-                await self.embedder.embed([item.content for item in items]),
-                len(items),
-                self.spec.dimensions,
-            )
-        except Exception as error:
-            self.failed_calls_in_a_row += 1
-            if self.failed_calls_in_a_row >= self.max_failed_calls:
-                log.warning(
-                    "re-embedding gave up after %d failed calls: %s",
-                    self.failed_calls_in_a_row,
-                    error,
-                )
-                self.gave_up = True
-                if len(items) == 1:
-                    self.failed.append(items[0].message_id)
-                return []
-            if len(items) == 1:
-                log.warning("could not embed message %s: %s", items[0].message_id, error)
-                self.failed.append(items[0].message_id)
-                return []
-            middle = len(items) // 2
-            return await self.embed(items[:middle]) + await self.embed(items[middle:])
-        self.failed_calls_in_a_row = 0
-        return [(item.message_id, vector) for item, vector in zip(items, vectors, strict=True)]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from convostore.embedding import ReembedReport
+    from convostore.model import ReembedReport
 
 __all__ = [
     "BackendUnavailableError",

@@ -6,7 +6,6 @@ what the answer must be, and are what the memory backend runs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -15,6 +14,7 @@ from typing import Any
 from convostore import _json
 from convostore._time import require_aware
 from convostore.errors import InvalidArgumentError
+from convostore.fields import is_event_type, parse_role, validate_branch
 from convostore.model import COMPACTION, MESSAGE, Event, Message, Role
 
 __all__ = [
@@ -27,8 +27,6 @@ __all__ = [
     "is_turn_start",
     "validate_branch",
 ]
-
-_EVENT_TYPE = re.compile(r"[A-Z][A-Z0-9_.]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +63,7 @@ class EventFilter:
         roles = None if self.roles is None else tuple(parse_role(r) for r in _seq(self.roles))
         types = None if self.types is None else tuple(_seq(self.types))
         for event_type in types or ():
-            if not isinstance(event_type, str) or not _EVENT_TYPE.fullmatch(event_type):
+            if not is_event_type(event_type):
                 raise InvalidArgumentError(f"invalid event type {event_type!r}")
         if self.branch is not None:
             validate_branch(self.branch)
@@ -128,31 +126,6 @@ def _seq(values: Sequence[Any]) -> list[Any]:
     if isinstance(values, str):
         return [values]
     return list(values)
-
-
-def parse_role(value: Role | str) -> Role:
-    try:
-        return Role(value)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"invalid role {value!r}; expected one of {', '.join(r.value for r in Role)}"
-        ) from None
-
-
-def validate_event_type(value: str) -> str:
-    if not isinstance(value, str) or not _EVENT_TYPE.fullmatch(value):
-        raise InvalidArgumentError(
-            f"invalid event type {value!r}: it must match [A-Z][A-Z0-9_.]{{0,63}}"
-        )
-    return value
-
-
-def validate_branch(branch: str) -> str:
-    if not isinstance(branch, str) or not branch or any(not s for s in branch.split(".")):
-        raise InvalidArgumentError(
-            f"invalid branch {branch!r}: a dot path of non-empty names, such as 'a.b'"
-        )
-    return branch
 
 
 def branch_lineage(branch: str) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ import time
 import uuid
 from typing import Final
 
-__all__ = ["is_uuid7", "new_id", "random_hex", "uuid7_time_ms"]
+__all__ = ["is_uuid7", "new_id", "new_stamp", "random_hex", "uuid7_time_ms"]
 
 _POOL_BYTES: Final = 4096
 
@@ -60,6 +60,12 @@ def random_hex(count: int) -> str:
     """``count`` random bytes as lowercase hex."""
     with _lock:
         return _random_bytes(count).hex()
+
+
+def new_stamp() -> str:
+    """A new optimistic-concurrency stamp: opaque, random. Only the store makes them;
+    a backend writes the stamp it is given."""
+    return random_hex(8)
 
 
 def new_id() -> str:

@@ -31,6 +31,7 @@ from convostore.store import Store
 
 __all__ = [
     "KEYS_SESSION_ID",
+    "NAMESPACE_SEPARATOR",
     "SYSTEM_USER",
     "ApiKey",
     "KeyRing",
@@ -41,6 +42,8 @@ SYSTEM_USER = User("convostore.system", "convostore", kind="agent")
 KEYS_SESSION_ID = "convostore.keys"
 KEY_CREATED = "CONVOSTORE.KEY_CREATED"
 KEY_REVOKED = "CONVOSTORE.KEY_REVOKED"
+# Ends an owner's part of the ids its keys choose (`convostore.server.names`).
+NAMESPACE_SEPARATOR = "~"
 _KEY = re.compile(r"cs_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")
 
 
@@ -89,6 +92,8 @@ class KeyRing:
             raise InvalidArgumentError("a key needs an owner (or must be an admin key)")
         if owner_id is not None and (not isinstance(owner_id, str) or not owner_id.strip()):
             raise InvalidArgumentError("a key's owner must be a non-blank user id")
+        if owner_id is not None and NAMESPACE_SEPARATOR in owner_id:
+            raise InvalidArgumentError(f"a key's owner may not contain {NAMESPACE_SEPARATOR!r}")
         if owner_id == SYSTEM_USER.id:
             raise InvalidArgumentError(f"{SYSTEM_USER.id!r} is reserved")
         if label is not None and not isinstance(label, str):
@@ -145,6 +150,12 @@ class KeyRing:
         if record is None or digest is None or record.revoked_at is not None:
             return None
         return record if hmac.compare_digest(digest, _digest(key)) else None
+
+    async def is_live(self, key_id: str) -> bool:
+        """Whether the key of this id is still live (one round trip when no key changed)."""
+        await self.refresh()
+        record = self._keys.get(key_id)
+        return record is not None and record.revoked_at is None
 
     async def refresh(self) -> None:
         """Read the key events appended since the last look (one round trip when none)."""

@@ -26,6 +26,7 @@ __all__ = [
     "MessageWrite",
     "Page",
     "PageRequest",
+    "ReembedReport",
     "Role",
     "SearchHit",
     "Session",
@@ -297,3 +298,12 @@ class Appended:
 
     event: Event
     applied: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReembedReport:
+    """What `Store.reembed` did: how many messages it embedded, and whether it
+    recreated the vector index (a new model or width)."""
+
+    messages: int
+    index_recreated: bool

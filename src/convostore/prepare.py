@@ -10,17 +10,25 @@ import math
 import re
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
 from convostore import _json
-from convostore._codec import MessageParts, message_parts_json
+from convostore._codec import message_parts_json
 from convostore._time import require_aware, utc_now
-from convostore.cursors import Keyset, decode_cursor
-from convostore.errors import EventIdConflictError, InvalidArgumentError, SessionNotFoundError
-from convostore.filters import parse_role, validate_branch, validate_event_type
-from convostore.ids import new_id, random_hex
+
+# The types handed to the backends live in `convostore.backends.spi`; named here too.
+from convostore.backends.spi import AppendOutcome as AppendOutcome
+from convostore.backends.spi import Listing as Listing
+from convostore.backends.spi import NewSession as NewSession
+from convostore.backends.spi import PreparedAppend as PreparedAppend
+from convostore.backends.spi import PreparedEvent as PreparedEvent
+from convostore.backends.spi import SessionChanges as SessionChanges
+from convostore.cursors import decode_cursor
+from convostore.errors import EventIdConflictError, InvalidArgumentError
+from convostore.fields import parse_role, validate_branch, validate_event_type
+from convostore.ids import new_id
+from convostore.ids import new_stamp as new_stamp
 from convostore.model import (
     COMPACTION,
     MESSAGE,
@@ -46,87 +54,6 @@ T = TypeVar("T")
 MAX_PAGE_SIZE = 100
 MAX_KIND_LENGTH = 255
 """The longest session kind, in characters, on every backend."""
-
-
-@dataclass(frozen=True, slots=True)
-class NewSession:
-    """A validated session to insert, with the users it needs."""
-
-    session: Session
-    metadata_json: str
-    indexed_metadata: tuple[tuple[str, str], ...]
-    users_to_insert: tuple[User, ...]
-    required_user_ids: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionChanges:
-    """What `Store.update_session` writes, guarded by ``expected_stamp``."""
-
-    session_id: str
-    expected_stamp: str
-    title: str | None
-    metadata: Mapping[str, Any]
-    metadata_json: str
-    indexed_metadata: tuple[tuple[str, str], ...]
-    expires_at: datetime | None
-    new_stamp: str
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedEvent:
-    """An event ready to store. ``event.seq`` is 0 until the backend assigns it.
-
-    ``metadata_json`` and ``payload_json`` are the JSON of the event's metadata and
-    payload; for a message, ``message_json`` holds the JSON of its list-valued parts.
-    """
-
-    event: Event
-    metadata_json: str
-    payload_json: str | None
-    message_json: MessageParts | None
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedAppend:
-    """One append: a single idempotent event (``expected_version`` None) or a batch.
-
-    ``activity_at`` is set when the append holds a non-synthetic message: the session's
-    ``last_activity_at`` becomes max(stored, activity_at). ``started_by`` is the author of
-    the first authored message in the append, for the session's summary.
-    """
-
-    session_id: str
-    events: tuple[PreparedEvent, ...]
-    expected_version: int | None
-    users_to_insert: tuple[User, ...]
-    required_user_ids: tuple[str, ...]
-    activity_at: datetime | None
-    new_message_count: int
-    started_by: str | None
-    new_stamp: str
-
-    @property
-    def embedded_message_ids(self) -> list[str]:
-        """The ids of the append's messages that carry a vector."""
-        return [
-            item.event.id
-            for item in self.events
-            if isinstance(item.event, Message) and item.event.embedding is not None
-        ]
-
-
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
-    """``applied`` False: a batch whose expected version was not current (``events`` is
-    empty), or an idempotent replay (``events`` holds the stored event)."""
-
-    applied: bool
-    events: list[Event] = field(default_factory=list)
-
-
-def new_stamp() -> str:
-    return random_hex(8)
 
 
 def normalized_metadata(metadata: Mapping[str, Any] | None) -> tuple[dict[str, Any], str]:
@@ -207,18 +134,6 @@ def prepare_session(
     )
 
 
-def owned_by_parent(new: NewSession, parent: tuple[str | None, str | None] | None) -> NewSession:
-    """``new``, a part, owned by its parent, given the parent's (owner_id, part_of) as
-    read in the transaction that inserts it; None when there is no parent."""
-    part_of = new.session.part_of
-    if parent is None:
-        raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
-    owner_id, parent_part_of = parent
-    if parent_part_of is not None:
-        raise InvalidArgumentError("part_of must name a top-level session")
-    return replace(new, session=replace(new.session, owner_id=owner_id))
-
-
 def prepare_changes(indexed_keys: frozenset[str], session: Session) -> SessionChanges:
     """What `Store.update_session` writes for ``session``, guarded by its stamp."""
     if not isinstance(session, Session):
@@ -234,17 +149,6 @@ def prepare_changes(indexed_keys: frozenset[str], session: Session) -> SessionCh
         expires_at=optional_time(session.expires_at, "expires_at"),
         new_stamp=new_stamp(),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Listing:
-    """One page of a listing to read: ``size`` items after ``after`` in ``order``."""
-
-    owner_id: str
-    size: int
-    order: SessionOrder
-    after: Keyset | None
-    filter: SessionFilter
 
 
 def prepare_listing(
@@ -385,6 +289,7 @@ def prepare_message(
         metadata_json=metadata_json,
         payload_json=None,
         message_json=message_parts_json(message),
+        stamp=message.stamp,
     )
 
 
@@ -590,6 +495,7 @@ def prepare_event(session_id: str, write: EventWrite, now: datetime) -> Prepared
         metadata_json=metadata_json,
         payload_json=payload_json,
         message_json=None,
+        stamp=new_stamp(),
     )
 
 

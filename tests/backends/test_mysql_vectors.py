@@ -18,6 +18,7 @@ import pytest
 
 import convostore
 from convostore import InvalidArgumentError, MessageWrite, Role, Store, User
+from convostore.ids import new_stamp
 from tests.backends.support import missing_driver
 
 if (why := missing_driver("asyncmy", "mysql")) is not None:
@@ -202,7 +203,7 @@ async def test_every_change_reaches_other_stores_caches_in_place(
     # Re-embedding one message.
     message = (await writer.messages(sessions[1]))[0]
     vector = tuple(gaussian(rng))
-    await backend(writer).set_embeddings(MODEL, [(message.id, vector)])
+    await backend(writer).set_embeddings(MODEL, [(message.id, vector)], new_stamp())
     [nearest] = await reader.search(vector=list(vector), k=1)
     assert nearest.message.id == message.id
     for store in (writer, reader):

@@ -141,8 +141,10 @@ class ServerThread:
     """The server of a store at ``url`` on a loopback port, in a thread with its own
     event loop (the browser is driven from this one)."""
 
-    def __init__(self, url: str, **options: Any) -> None:
+    def __init__(self, url: str, *, owners: tuple[str, ...] = ("ada",), **options: Any) -> None:
         self.url = url
+        self.owners = owners
+        self.keys: dict[str, str] = {}
         self.options = options
         self.sock = loopback_socket()
         self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -162,7 +164,10 @@ class ServerThread:
     async def _serve(self) -> None:
         async with await convostore.connect(self.url, **self.options) as store:
             app = create_app(store, poll_interval=0.2)
-            self.key, _ = await KeyRing(store).create("ada")
+            ring = KeyRing(store)
+            for owner in self.owners:
+                self.keys[owner] = (await ring.create(owner))[0]
+            self.key = self.keys[self.owners[0]]
             config = uvicorn.Config(
                 app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1
             )

@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+import convostore
 from convostore.embedding import HashingEmbedder
 from convostore.keys import KEYS_SESSION_ID
+from tests.servers import falkordb as falkordb_servers
+from tests.servers import postgresql as postgresql_servers
+from tests.servers.shared import ServerProcess, ServerUnavailable
 
-from .conftest import INDEXED_KEYS, StoreFactory
+from .conftest import INDEXED_KEYS, StoreFactory, backend_missing
 from .server_helpers import PROBLEM, Api, serving, user_message
 
 
@@ -124,9 +133,11 @@ async def test_another_owners_session_is_404_exactly_as_a_missing_one(api: Api) 
     searched = await api.grace.post("/v1/search", json={"query": "hi", "session_id": sid})
     _problem(searched, 404)
     _problem(await api.grace.get("/v1/sessions", params={"owner_id": "ada"}), 403)
-    assert (await api.admin.get(f"/v1/sessions/{sid}")).status_code == 200
+    # Admin keys see the store's own ids: an id Ada chose lives in her namespace.
+    stored = "ada~shared-id-1"
+    assert (await api.admin.get(f"/v1/sessions/{stored}")).status_code == 200
     listed = await api.admin.get("/v1/sessions", params={"owner_id": "ada"})
-    assert [s["session"]["id"] for s in listed.json()["items"]] == [sid]
+    assert [s["session"]["id"] for s in listed.json()["items"]] == [stored]
     assert (await api.ada.get(f"/v1/sessions/{sid}/events")).json()["version"] == 1
     # The keys live in a reserved session that no key reaches.
     _problem(await api.admin.get(f"/v1/sessions/{KEYS_SESSION_ID}"), 404)
@@ -330,9 +341,10 @@ async def test_parts_lookup_expiry_users_and_narration(api: Api) -> None:
     assert (await api.ada.get("/v1/users/ada")).json()["display_name"] == user.json()[
         "display_name"
     ]
-    _problem(await api.ada.get("/v1/users/bot"), 404)
-    assert (await api.admin.get("/v1/users/bot")).status_code == 200
-    _problem(await api.ada.put("/v1/users/grace", json={"display_name": "G"}), 403)
+    assert (await api.ada.get("/v1/users/bot")).json()["display_name"] == "Bot"
+    _problem(await api.grace.get("/v1/users/bot"), 404)
+    assert (await api.admin.get("/v1/users/ada~bot")).json()["id"] == "ada~bot"
+    _problem(await api.admin.get("/v1/users/bot"), 404)
     _problem(await api.ada.post("/v1/sessions-expired/delete"), 403)
     deleted = await api.admin.post("/v1/sessions-expired/delete")
     assert deleted.json() == {"deleted": 1}
@@ -361,7 +373,87 @@ async def test_reembed_runs_as_a_job_with_progress(api: Api) -> None:
     _problem(await api.admin.get("/v1/jobs/unknown"), 404)
 
 
-async def test_an_unavailable_backend_is_503(api: Api) -> None:
+def _parent_pid(stat: Path) -> int | None:
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1])
+
+
+def _killable(name: str) -> tuple[ServerProcess, Callable[[], str], Callable[[], None]]:
+    """A private server of backend ``name``: the server, its URL, and how to kill it."""
+    if name == "falkordb":
+        falkordb = falkordb_servers.FalkorDBServer()
+        return falkordb, falkordb.url, falkordb.kill
+    postgresql = postgresql_servers.PostgresServer()
+
+    def kill() -> None:
+        # As a crash of the machine: the postmaster and every backend get SIGKILL.
+        pid = int((postgresql.data / "postmaster.pid").read_text().split()[0])
+        children = [
+            int(stat.parent.name)
+            for stat in Path("/proc").glob("[0-9]*/stat")
+            if _parent_pid(stat) == pid
+        ]
+        for process in (pid, *children):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process, signal.SIGKILL)
+
+    # A dead server is found when no connection can be had: in pool_timeout seconds.
+    return postgresql, lambda: postgresql.url() + "?pool_timeout=3", kill
+
+
+@pytest.mark.parametrize("name", ["postgresql", "falkordb"])
+async def test_a_backend_whose_server_is_down_is_503(name: str) -> None:
+    server, url, kill = _killable(name)
+    try:
+        server.start()
+    except ServerUnavailable as why:
+        backend_missing(name, str(why))
+    try:
+        store = await convostore.connect(url())
+        async with serving(store) as api:
+            sid = (await _session(api.ada))["id"]
+            assert (await api.ada.get(f"/v1/sessions/{sid}")).status_code == 200
+            kill()
+            started = time.monotonic()
+            for path in (f"/v1/sessions/{sid}", f"/v1/sessions/{sid}/events", "/v1/me"):
+                body = _problem(await api.ada.get(path, timeout=60), 503)
+                assert "internal" not in body["detail"]
+            assert time.monotonic() - started < 30
+            _problem(await api.anonymous.get("/readyz", timeout=60), 503)
+            assert (await api.anonymous.get("/healthz")).status_code == 200
+        with contextlib.suppress(Exception):
+            await store.close()
+    finally:
+        server.stop()
+
+
+async def test_a_log_is_read_in_pages_of_a_bounded_size(api: Api) -> None:
     sid = (await _session(api.ada))["id"]
-    await api.store.close()
-    _problem(await api.ada.get(f"/v1/sessions/{sid}"), 503)
+    url = f"/v1/sessions/{sid}/events"
+    for start in range(0, 450, 150):
+        batch = [user_message(f"m{n}") for n in range(start, start + 150)]
+        version = (await api.ada.get(f"/v1/sessions/{sid}/version")).json()["version"]
+        written = await api.ada.post(
+            f"{url}/batch", json={"expected_version": version, "events": batch}
+        )
+        assert written.status_code == 200, written.text
+    first = (await api.ada.get(url)).json()
+    assert [e["seq"] for e in first["items"]] == list(range(1, 201))
+    assert first["next_after_seq"] == 200
+    seen = [e["seq"] for e in first["items"]]
+    after = first["next_after_seq"]
+    while after is not None:
+        page = (await api.ada.get(url, params={"after_seq": after, "limit": 120})).json()
+        seen += [e["seq"] for e in page["items"]]
+        after = page["next_after_seq"]
+    assert seen == list(range(1, 451))
+    _problem(await api.ada.get(url, params={"limit": 1001}), 422)
+    _problem(await api.ada.get(url, params={"last": 1001}), 422)
+    window = (await api.ada.get(url, params={"last": 5})).json()
+    assert ([e["seq"] for e in window["items"]], window["next_after_seq"]) == (
+        [446, 447, 448, 449, 450],
+        None,
+    )

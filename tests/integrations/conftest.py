@@ -22,6 +22,9 @@ for _entry in contract.BACKENDS.values():
 _FRAMEWORK_OF = {
     "test_openai_agents.py": "agents",
     "test_adk.py": "google.adk",
+    "adk_conformance": "google.adk",
+    "test_strands.py": "strands",
+    "strands_suite": "strands",
     "test_langchain.py": "langchain_core",
     "test_langgraph.py": "langgraph.checkpoint.conformance",
     "test_importers.py": "langchain_community",

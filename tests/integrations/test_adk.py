@@ -21,7 +21,8 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 from convostore import Message, Role, Store
-from convostore.integrations.adk import ConvostoreSessionService
+from convostore.filters import EventFilter
+from convostore.integrations.adk import ConvostoreSessionService, store_session_id
 from convostore.integrations.langchain import ConvostoreChatMessageHistory
 
 
@@ -100,7 +101,8 @@ async def test_events_round_trip_and_map_to_messages(store: Store) -> None:
     assert got is not None
     assert got.events == events
     assert got.state == {"seen": True}
-    stored = await store.read("s1")
+    stored_id = store_session_id("app", "u", "s1")
+    stored = await store.read(stored_id, EventFilter(exclude_synthetic=True))
     messages = [e for e in stored if isinstance(e, Message)]
     assert [(m.role, m.content) for m in messages] == [
         (Role.USER, "Find tea"),
@@ -115,7 +117,7 @@ async def test_events_round_trip_and_map_to_messages(store: Store) -> None:
         [e.timestamp for e in events]
     )
     # Readable through the other adapters too.
-    history = await ConvostoreChatMessageHistory("s1", store).aget_messages()
+    history = await ConvostoreChatMessageHistory(stored_id, store).aget_messages()
     assert next(m.content for m in history) == "Find tea"
 
 
@@ -246,10 +248,117 @@ async def test_runner_resumes_a_session_offline(store: Store) -> None:
     await _run(second, "What is my name?")
     texts = [part.text for content in llm.sent[-1] for part in content.parts or [] if part.text]
     assert texts == ["I am Ada.", "Hello Ada.", "What is my name?"]
-    messages = await store.messages("s1")
+    messages = await store.messages(store_session_id("app", "u", "s1"))
     assert [(m.role, m.content) for m in messages] == [
         (Role.USER, "I am Ada."),
         (Role.ASSISTANT, "Hello Ada."),
         (Role.USER, "What is my name?"),
         (Role.ASSISTANT, "Your name is Ada."),
     ]
+
+
+async def test_a_session_id_is_scoped_by_app_and_user(store: Store) -> None:
+    service = ConvostoreSessionService(store)
+    ada = await service.create_session(app_name="app", user_id="ada", session_id="s1")
+    await service.append_event(ada, _text_event("user", "mine", time.time()))
+    bob = await service.create_session(app_name="app", user_id="bob", session_id="s1")
+    assert (bob.id, bob.user_id) == ("s1", "bob")
+    got = await service.get_session(app_name="app", user_id="bob", session_id="s1")
+    assert got is not None
+    assert (got.user_id, got.events) == ("bob", [])
+    assert store_session_id("app", "ada", "s1") != store_session_id("app", "bob", "s1")
+    with pytest.raises(AlreadyExistsError):
+        await service.create_session(app_name="app", user_id="ada", session_id="s1")
+
+
+async def test_update_time_is_the_events_and_listings_come_oldest_update_first(
+    store: Store,
+) -> None:
+    service = ConvostoreSessionService(store)
+    for name in ("a", "b", "c"):
+        await service.create_session(app_name="app", user_id="u", session_id=name)
+    a = await service.get_session(app_name="app", user_id="u", session_id="a")
+    assert a is not None
+    later = a.last_update_time + 3600
+    await service.append_event(a, Event(invocation_id="i", author="user", timestamp=later))
+    assert a.last_update_time == later
+    again = await service.get_session(app_name="app", user_id="u", session_id="a")
+    assert again is not None
+    assert again.last_update_time == pytest.approx(later, abs=1e-6)
+    assert again == a
+    listed = await service.list_sessions(app_name="app", user_id="u")
+    assert [s.id for s in listed.sessions] == ["b", "c", "a"]
+
+
+async def test_an_event_and_its_state_are_one_write(store: Store) -> None:
+    service = ConvostoreSessionService(store)
+    session = await service.create_session(
+        app_name="app", user_id="u", session_id="s1", state={"step": 0}
+    )
+    stored_id = store_session_id("app", "u", "s1")
+    before = await store.get_session(stored_id)
+    assert before is not None
+    event = Event(
+        invocation_id="i",
+        author="agent",
+        timestamp=time.time(),
+        actions=EventActions(state_delta={"step": 1, "app:theme": "dark"}),
+    )
+    await service.append_event(session, event)
+    after = await store.get_session(stored_id)
+    assert after is not None
+    # One batch: the version moved by one, the session's own record was not rewritten.
+    assert after.version == before.version + 1
+    assert after.metadata == before.metadata
+    log = await store.read(stored_id)
+    assert [e.type for e in log] == ["ADK.EVENT", "ADK.SESSION_STATE"]
+    assert log[1].payload["state"] == {"step": 1}
+    # A stale session object writes neither an event nor its state.
+    stale = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert stale is not None
+    await service.append_event(session, _text_event("user", "moves it on", time.time()))
+    delta = EventActions(state_delta={"step": 99})
+    with pytest.raises(StaleSessionError):
+        await service.append_event(stale, Event(invocation_id="i", author="a", actions=delta))
+    got = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert got is not None
+    assert got.state == {"step": 1, "app:theme": "dark"}
+    assert len(await store.read(stored_id)) == 4
+    # A second service (no cached state) appends from the stored state.
+    fresh = ConvostoreSessionService(store)
+    reread = await fresh.get_session(app_name="app", user_id="u", session_id="s1")
+    assert reread is not None
+    reread._storage_update_marker = None
+    await fresh.append_event(reread, Event(invocation_id="i", author="a", actions=delta))
+    final = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert final is not None
+    assert final.state == {"step": 99, "app:theme": "dark"}
+
+
+async def test_a_redelivered_event_is_stored_once_and_another_under_its_id_too(
+    store: Store,
+) -> None:
+    service = ConvostoreSessionService(store)
+    session = await service.create_session(app_name="app", user_id="u", session_id="s1")
+    event = Event(
+        invocation_id="i",
+        author="user",
+        actions=EventActions(state_delta={"counter": 1, "user:seen": 1}),
+    )
+    await service.append_event(session, event)
+    await service.append_event(session, event)
+    await service.append_event(session, event.model_copy(deep=True))
+    other = Event(id=event.id, invocation_id="j", author="agent")
+    await service.append_event(session, other)
+    got = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert got is not None
+    assert [(e.id, e.author) for e in got.events] == [(event.id, "user"), (event.id, "agent")]
+    assert got.state == {"counter": 1, "user:seen": 1}
+    # A stale session object re-delivering a stored event writes nothing either.
+    stale = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert stale is not None
+    await service.append_event(session, _text_event("user", "moves on", time.time()))
+    await service.append_event(stale, event)
+    again = await service.get_session(app_name="app", user_id="u", session_id="s1")
+    assert again is not None
+    assert len(again.events) == 3

@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from convostore import Role, Store
 from convostore.cli import main
-from convostore.integrations.adk import ConvostoreSessionService
+from convostore.integrations.adk import ConvostoreSessionService, store_session_id
 from convostore.integrations.importers import (
     ImportSourceError,
     import_adk_db,
@@ -112,15 +112,17 @@ async def test_adk_db_import(store: Store, tmp_path: Path) -> None:
     assert expected is not None
 
     report = await import_adk_db(tmp_path / "adk.db", store)
-    assert sorted(report.imported) == sorted([session.id, "bob-1"])
+    stored_id = store_session_id("trips", "ada", session.id)
+    assert sorted(report.imported) == sorted([stored_id, store_session_id("trips", "bob", "bob-1")])
     service = ConvostoreSessionService(store)
     got = await service.get_session(app_name="trips", user_id="ada", session_id=session.id)
     assert got is not None
     assert got.events == expected.events
     assert got.state == expected.state
+    assert got.last_update_time == pytest.approx(expected.last_update_time)
     listed = await service.list_sessions(app_name="trips")
     assert {s.id for s in listed.sessions} == {session.id, "bob-1"}
-    messages = await store.messages(session.id)
+    messages = await store.messages(stored_id)
     assert [(m.role, m.content) for m in messages] == [
         (Role.USER, "Kyoto in spring?"),
         (Role.ASSISTANT, "Yes, April."),

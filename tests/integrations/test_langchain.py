@@ -19,6 +19,7 @@ from langchain_core.messages import (
 
 import convostore.sync
 from convostore import EventFilter, Message, MessageWrite, Role, Store, ToolCall
+from convostore.errors import ConflictError
 from convostore.integrations.langchain import ConvostoreChatMessageHistory
 
 CONVERSATION: list[BaseMessage] = [
@@ -139,3 +140,18 @@ async def test_a_bad_message_is_refused_and_nothing_is_written(store: Store) -> 
     with pytest.raises(InvalidArgumentError, match="expected a LangChain message"):
         await history.aadd_messages([HumanMessage("lost"), bad])
     assert await history.aget_messages() == [HumanMessage("kept")]
+
+
+async def test_a_clear_other_writers_keep_beating_gives_up(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = ConvostoreChatMessageHistory("s", store)
+    await history.aadd_messages([HumanMessage("hi")])
+
+    async def always_beaten(*args: Any, **kwargs: Any) -> bool:
+        return False
+
+    monkeypatch.setattr(store, "append_events", always_beaten)
+    with pytest.raises(ConflictError, match="gave up"):
+        await history.aclear()
+    assert [m.content for m in await history.aget_messages()] == ["hi"]

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Final
+from urllib.parse import unquote, urlsplit
 
 from tests.servers.shared import (
     ExternalServer,
@@ -45,6 +46,7 @@ __all__ = [
     "MariaDBServer",
     "ServerUnavailable",
     "TestServer",
+    "create_database_at_defaults",
     "shared_server",
     "shared_server_11",
     "stop_shared_server",
@@ -302,3 +304,44 @@ def shared_server_11() -> TestServer:
 
 def stop_shared_server_11() -> None:
     _shared_11.stop()
+
+
+def create_database_at_defaults(url: str) -> None:
+    """Create the database ``url`` names as an administrator would, at the server's own
+    default character set (latin1 on MariaDB 10.11), so that a store connecting to it
+    must ask for utf8mb4 itself in every statement, not only in its tables."""
+    import asyncio
+    import threading
+
+    import asyncmy
+
+    parts = urlsplit(url)
+    name = parts.path.strip("/")
+
+    async def create() -> None:
+        connection = await asyncmy.connect(
+            host=parts.hostname or "127.0.0.1",
+            port=parts.port or 3306,
+            user=unquote(parts.username or "root"),
+            password=unquote(parts.password or ""),
+        )
+        try:
+            async with connection.cursor() as cursor:
+                await cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
+        finally:
+            connection.close()
+
+    # The caller may be inside a running event loop (a fixture of an async test).
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(create())
+        except BaseException as error:
+            failure.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]

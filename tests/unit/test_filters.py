@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from convostore.errors import InvalidArgumentError
+from convostore.fields import parse_role, validate_branch, validate_event_type
 from convostore.filters import (
     EventFilter,
     active_view,
@@ -18,9 +19,6 @@ from convostore.filters import (
     compose_view,
     extend_to_turn_start,
     is_turn_start,
-    parse_role,
-    validate_branch,
-    validate_event_type,
 )
 from convostore.model import COMPACTION, Event, Message, Role
 

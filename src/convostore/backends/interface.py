@@ -61,8 +61,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Self
 
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SearchScope,
+    SessionChanges,
+    TextQuery,
+    VectorIndexSpec,
+    VectorQuery,
+)
 from convostore.cursors import Keyset
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.filters import EventFilter
 from convostore.model import (
     Event,
@@ -74,7 +84,6 @@ from convostore.model import (
     SessionSummary,
     User,
 )
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
 __all__ = [
     "Backend",
@@ -141,37 +150,6 @@ class SessionPage:
     after: Keyset | None
     limit: int
     filter: SessionFilter
-
-
-@dataclass(frozen=True, slots=True)
-class SearchScope:
-    """Where a search looks: that owner's sessions, that session, those roles (None:
-    no restriction)."""
-
-    owner_id: str | None = None
-    session_id: str | None = None
-    roles: tuple[Role, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class VectorQuery:
-    """The ``k`` messages nearest ``vector`` by ``metric`` among those with a vector of
-    ``model`` (any model when None) in ``scope``."""
-
-    vector: tuple[float, ...]
-    metric: Metric
-    model: str | None
-    k: int
-    scope: SearchScope
-
-
-@dataclass(frozen=True, slots=True)
-class TextQuery:
-    """Up to ``k`` messages in ``scope`` holding every one of ``terms`` (text tokens)."""
-
-    terms: tuple[str, ...]
-    k: int
-    scope: SearchScope
 
 
 class Backend(abc.ABC):
@@ -433,10 +411,11 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
-        """Store each message's vector and model (replacing any), changing its stamp,
-        in one transaction. Ids of messages deleted meanwhile are skipped."""
+        """Store each message's vector and model (replacing any), its stamp becoming
+        ``stamp`` (the store's: no backend makes stamps), in one transaction. Ids of
+        messages deleted meanwhile are skipped."""
 
     @abc.abstractmethod
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:

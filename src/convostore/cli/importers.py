@@ -78,4 +78,7 @@ IMPORT_FORMATS: dict[str, ImportFormat] = {
     "llamaindex-sql": ImportFormat(
         "a LlamaIndex SQLAlchemyChatStore (Memory's) SQLite database", _import_framework
     ),
+    "strands-files": ImportFormat(
+        "a Strands Agents FileSessionManager directory", _import_framework
+    ),
 }

@@ -5,6 +5,7 @@ from those frameworks' own stores.
 - `convostore.integrations.adk.ConvostoreSessionService` (extra ``adk``)
 - `convostore.integrations.langchain.ConvostoreChatMessageHistory` (extra ``langchain``)
 - `convostore.integrations.langgraph.ConvostoreSaver` (extra ``langgraph``)
+- `convostore.integrations.strands.ConvostoreSessionRepository` (extra ``strands``)
 - `convostore.integrations.llama_index.ConvostoreChatStore` and `ConvostoreDBChatStore`
   (extra ``llama-index``)
 - `convostore.integrations.agent_framework.ConvostoreHistoryProvider` (extra
@@ -12,7 +13,7 @@ from those frameworks' own stores.
 - `convostore.integrations.pydantic_ai.ConvostoreConversationStore`, `ConvostoreHistory`,
   `load_history`, `save_messages` (extra ``pydantic-ai``)
 - `convostore.integrations.importers`: ``openai-sqlite``, ``adk-db``, ``langchain-sql``,
-  ``llamaindex-sql``
+  ``strands-files``, ``llamaindex-sql``
 
 Each adapter takes a store of any backend and uses only its public API, so a session
 written through one is readable through the store and the other adapters. Nothing here

@@ -4,11 +4,12 @@ records that stand for a clear or a pop on an append-only log."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from convostore.errors import InvalidArgumentError
+from convostore.errors import ConflictError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.ids import new_id
 from convostore.model import COMPACTION, Event, EventWrite, Message, MessageWrite
@@ -16,17 +17,22 @@ from convostore.store import Store
 from convostore.sync import SyncStore
 
 __all__ = [
+    "ATTEMPTS",
     "AnyWrite",
     "StoreRunner",
     "append_all",
     "copy_write",
     "framework_event_type",
+    "gave_up",
     "missing_framework",
     "read_view",
     "rewrite_view",
 ]
 
 T = TypeVar("T")
+# How many times an adapter retries a version-checked write that other writers keep
+# beating before it gives up with `gave_up`'s error.
+ATTEMPTS = 50
 AnyWrite = MessageWrite | EventWrite
 _NOT_IN_TYPE = re.compile(r"[^A-Z0-9_.]")
 
@@ -35,6 +41,15 @@ def missing_framework(package: str, extra: str) -> ImportError:
     """The error an adapter raises when its framework is not installed."""
     return ImportError(
         f"this convostore integration needs {package}: pip install 'convostore[{extra}]'"
+    )
+
+
+def gave_up(what: str, session_id: str) -> ConflictError:
+    """The error an adapter raises when other writers moved the session's log before
+    each of its `ATTEMPTS` version-checked writes: nothing of this call was written."""
+    return ConflictError(
+        f"{what} on session {session_id!r} gave up after {ATTEMPTS} attempts: other "
+        "writers changed the session before each one; nothing was written"
     )
 
 
@@ -57,28 +72,41 @@ async def append_all(store: Store, session_id: str, writes: Sequence[AnyWrite]) 
     if len(writes) == 1:
         await store.append_event(session_id, writes[0])
         return
-    while True:
+    for _ in range(ATTEMPTS):
         version = await store.version(session_id)
         if await store.append_events(session_id, writes, expected_version=version):
             return
+    raise gave_up("appending a batch", session_id)
 
 
 def copy_write(event: Event, *, synthetic: bool | None = None) -> AnyWrite:
-    """A new write that repeats ``event`` (new id, same time)."""
+    """A new write that repeats ``event`` (new id, same time, branch and metadata; a
+    message keeps its author, recipients, reply, tool calls, attachments, data, assets
+    and vector; narration, which a write cannot carry, is not repeated)."""
     flag = event.synthetic if synthetic is None else synthetic
     if isinstance(event, Message):
         return MessageWrite(
             event.role,
             event.content,
+            author=event.author_id,
+            recipients=event.recipient_ids,
+            in_reply_to=event.in_reply_to,
+            attachments=event.attachments,
+            data=event.data,
+            assets=event.assets,
             tool_calls=event.tool_calls,
             tool_call_id=event.tool_call_id,
+            branch=event.branch,
             metadata=dict(event.metadata),
             created_at=event.created_at,
+            embedding=event.embedding,
+            embedding_model=event.embedding_model,
             synthetic=flag,
         )
     return EventWrite(
         event.type,
         event.payload,
+        branch=event.branch,
         metadata=dict(event.metadata),
         created_at=event.created_at,
         synthetic=flag,
@@ -119,25 +147,7 @@ async def rewrite_view(
 
 
 def _with_id(write: AnyWrite, id_: str) -> AnyWrite:
-    if isinstance(write, MessageWrite):
-        return MessageWrite(
-            write.role,
-            write.content,
-            tool_calls=write.tool_calls,
-            tool_call_id=write.tool_call_id,
-            metadata=write.metadata,
-            created_at=write.created_at,
-            synthetic=write.synthetic,
-            id=id_,
-        )
-    return EventWrite(
-        write.type,
-        write.payload,
-        metadata=write.metadata,
-        created_at=write.created_at,
-        synthetic=write.synthetic,
-        id=id_,
-    )
+    return dataclasses.replace(write, id=id_)
 
 
 def framework_metadata(key: str, value: Any) -> dict[str, Any]:

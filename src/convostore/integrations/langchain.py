@@ -22,10 +22,12 @@ from typing import Any
 
 from convostore.errors import InvalidArgumentError
 from convostore.integrations._common import (
+    ATTEMPTS,
     AnyWrite,
     StoreRunner,
     append_all,
     framework_event_type,
+    gave_up,
     missing_framework,
     read_view,
     rewrite_view,
@@ -88,7 +90,7 @@ class ConvostoreChatMessageHistory(BaseChatMessageHistory):
         await append_all(self.store, self.session_id, writes)
 
     async def aclear(self) -> None:
-        while True:
+        for _ in range(ATTEMPTS):
             version = await self.store.version(self.session_id)
             if version == 0:
                 return
@@ -97,6 +99,7 @@ class ConvostoreChatMessageHistory(BaseChatMessageHistory):
                 self.store, self.session_id, version, view, [], reason="clear"
             ):
                 return
+        raise gave_up("clear", self.session_id)
 
     # ------------------------------------------------------------------ blocking
 

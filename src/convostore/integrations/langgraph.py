@@ -33,9 +33,11 @@ from typing import Any
 from convostore.errors import EventIdConflictError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.integrations._common import (
+    ATTEMPTS,
     AnyWrite,
     StoreRunner,
     copy_write,
+    gave_up,
     missing_framework,
     rewrite_view,
 )
@@ -247,10 +249,11 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
             return
         await self._ensure_thread(target_thread_id)
         writes = [copy_write(event, synthetic=False) for event in events]
-        while True:
+        for _ in range(ATTEMPTS):
             version = await self.store.version(target_thread_id)
             if await self.store.append_events(target_thread_id, writes, version):
                 return
+        raise gave_up("copy_thread", target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         if strategy not in ("keep_latest", "delete"):
@@ -423,7 +426,7 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
     async def _keep_checkpoints(self, thread_id: str, keeps: Any) -> None:
         """Leave in the view only the checkpoints ``keeps(payloads)`` names, with their
         writes, and every event that is not the saver's."""
-        while True:
+        for _ in range(ATTEMPTS):
             version = await self.store.version(thread_id)
             view = await self.store.read(thread_id, EventFilter(active_view=True))
             payloads = [e.payload for e in view if e.type == CHECKPOINT]
@@ -433,6 +436,7 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
                 return
             if await rewrite_view(self.store, thread_id, version, view, keep, reason="prune"):
                 return
+        raise gave_up("prune", thread_id)
 
     async def _append_with_messages(
         self, thread_id: str, checkpoint: Checkpoint, write: EventWrite
@@ -443,7 +447,7 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
         if not isinstance(messages, list) or not messages:
             await self.store.append_event(thread_id, write)
             return
-        while True:
+        for _ in range(ATTEMPTS):
             known = self._mirrored.get(thread_id)
             if known is None:
                 stored = await self.store.read(thread_id, EventFilter(types=(MESSAGE,)))
@@ -471,6 +475,7 @@ class ConvostoreSaver(BaseCheckpointSaver[int]):
             if applied:
                 known.update(w.id for w in writes if w.id is not None)
                 return
+        raise gave_up("put", thread_id)
 
 
 def _with_event_id(write: MessageWrite, event_id: str) -> MessageWrite:

@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Any, cast
 from convostore.compaction import CompactionStrategy, CompactionTrigger, Summarize
 from convostore.errors import InvalidArgumentError
 from convostore.integrations._common import (
+    ATTEMPTS,
     AnyWrite,
     append_all,
     framework_event_type,
+    gave_up,
     missing_framework,
     read_view,
     rewrite_view,
@@ -111,7 +113,7 @@ class ConvostoreSession(SessionABC):
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item from the view and return it; None when empty. Recorded
         by a version-checked boundary, so concurrent pops never return the same item."""
-        while True:
+        for _ in range(ATTEMPTS):
             version = await self.store.version(self.session_id)
             view = await read_view(self.store, self.session_id)
             position = _last_item_event(view)
@@ -127,10 +129,11 @@ class ConvostoreSession(SessionABC):
                 self.store, self.session_id, version, view, keep, then, reason="pop_item"
             ):
                 return cast("TResponseInputItem", popped)
+        raise gave_up("pop_item", self.session_id)
 
     async def clear_session(self) -> None:
         """Empty the view. The log keeps every event; the store's API still reads them."""
-        while True:
+        for _ in range(ATTEMPTS):
             version = await self.store.version(self.session_id)
             if version == 0:
                 return
@@ -141,6 +144,7 @@ class ConvostoreSession(SessionABC):
                 self.store, self.session_id, version, view, [], reason="clear_session"
             ):
                 return
+        raise gave_up("clear_session", self.session_id)
 
     async def run_compaction(self, args: OpenAIResponsesCompactionArgs | None = None) -> None:
         """Compact with the configured `Compaction`; nothing when none is configured."""

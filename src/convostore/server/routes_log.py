@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from convostore.compaction import (
     AnyOf,
@@ -26,15 +27,19 @@ from convostore.filters import EventFilter
 from convostore.ids import new_id
 from convostore.model import Event, EventWrite, MessageWrite
 from convostore.records import event_to_json, write_from_json
-from convostore.server.context import Context, Ctx, Job, Key
+from convostore.server.context import Context, Ctx, Job, Key, json_response
+from convostore.server.names import Names
 from convostore.server.openapi import problems
 from convostore.server.schemas import (
+    DEFAULT_EVENTS_PAGE,
+    MAX_EVENTS_PAGE,
     BatchIn,
     CompactIn,
     CompactOut,
     EventIn,
     EventList,
     EventOut,
+    EventQuery,
     HitList,
     JobOut,
     NarrationBody,
@@ -46,18 +51,34 @@ from convostore.server.schemas import (
 
 router = APIRouter(prefix="/v1")
 
-Names = Annotated[list[str] | None, Query()]
+
+NameList = Annotated[list[str] | None, Query()]
 
 
-def to_write(body: EventIn) -> MessageWrite | EventWrite:
+def to_write(body: EventIn, names: Names) -> MessageWrite | EventWrite:
     record = body.model_dump(exclude_unset=True, by_alias=True)
     if body.role is not None and "content" not in record:
         raise HTTPException(422, "a message needs content")
-    return write_from_json(record)
+    return write_from_json(names.write_in(record))
 
 
-def event_json(event: Event) -> dict[str, Any]:
-    return event_to_json(event)
+# Every field of `EventOut`, null where the event has none (as the response model
+# would fill them in): the hot routes answer without it.
+_EVENT_FIELDS = dict.fromkeys(EventOut.model_fields)
+
+
+def event_json(event: Event, names: Names, *, vectors: bool = True) -> dict[str, Any]:
+    return {**_EVENT_FIELDS, **names.event(event_to_json(event, vectors=vectors))}
+
+
+async def event_body(request: Request) -> EventIn:
+    """The body of an append, parsed and validated by pydantic in one pass."""
+    try:
+        return EventIn.model_validate_json(await request.body())
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in error.errors(include_url=False)]
+        ) from None
 
 
 @router.post(
@@ -66,25 +87,26 @@ def event_json(event: Event) -> dict[str, Any]:
     status_code=201,
     response_model=EventOut,
     responses={200: {"description": "A retried append: the stored event"}, **problems(404, 409)},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EventIn"}}},
+        }
+    },
 )
 async def append_event(
-    session_id: str, body: EventIn, key: Key, ctx: Ctx, response: Response
-) -> dict[str, Any]:
+    session_id: str, key: Key, ctx: Ctx, body: Annotated[EventIn, Depends(event_body)]
+) -> Response:
     """Append a message or an event. Idempotent by ``id``: a retried append answers 200
     with the stored event and writes nothing; an id of another session's log is 409."""
-    await ctx.session(key, session_id)
-    write = to_write(body)
-    if write.id is None:
-        event = await ctx.store.append_event(session_id, write)
-    else:
-        # Only a write with an id can be a retry: the version tells whether it added.
-        before = await ctx.store.version(session_id)
-        event = await ctx.store.append_event(session_id, write)
-        if await ctx.store.version(session_id) == before:
-            response.status_code = 200
-            return event_json(event)
-    ctx.changed(session_id)
-    return event_json(event)
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    appended = await ctx.store.append(session.id, to_write(body, names))
+    if not appended.applied:
+        # A retried append: the stored event, nothing written.
+        return json_response(event_json(appended.event, names))
+    ctx.changed(session.id)
+    return json_response(event_json(appended.event, names), 201)
 
 
 @router.post(
@@ -96,14 +118,42 @@ async def append_event(
 async def append_batch(session_id: str, body: BatchIn, key: Key, ctx: Ctx) -> dict[str, int]:
     """Append all the events or none, only if the log's version is
     ``expected_version``: 409 (nothing written) otherwise."""
-    await ctx.session(key, session_id)
-    writes = [to_write(item) for item in body.events]
-    if not await ctx.store.append_events(session_id, writes, body.expected_version):
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    writes = [to_write(item, names) for item in body.events]
+    if not await ctx.store.append_events(session.id, writes, body.expected_version):
         raise ConflictError(
             f"the log's version is no longer {body.expected_version}; nothing was written"
         )
-    ctx.changed(session_id)
-    return {"version": await ctx.store.version(session_id)}
+    ctx.changed(session.id)
+    return {"version": await ctx.store.version(session.id)}
+
+
+async def event_query(request: Request) -> EventQuery:
+    """The query of a read, validated by pydantic in one call (FastAPI's own query
+    parsing costs more than the read it serves)."""
+    params = request.query_params
+    values: dict[str, Any] = {}
+    for name in params:
+        values[name] = params.getlist(name) if name in _LISTS else params[name]
+    try:
+        return EventQuery.model_validate(values)
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("query", *e["loc"])} for e in error.errors(include_url=False)]
+        ) from None
+
+
+_LISTS = frozenset({"types", "roles"})
+
+
+def _query_parameters() -> list[dict[str, Any]]:
+    """``EventQuery`` as OpenAPI query parameters (the route reads them itself)."""
+    schema = EventQuery.model_json_schema()
+    return [
+        {"name": name, "in": "query", "required": False, "schema": field}
+        for name, field in schema["properties"].items()
+    ]
 
 
 @router.get(
@@ -111,46 +161,48 @@ async def append_batch(session_id: str, body: BatchIn, key: Key, ctx: Ctx) -> di
     tags=["log"],
     response_model=EventList,
     responses=problems(404),
+    openapi_extra={"parameters": _query_parameters()},
 )
 async def read_events(
-    session_id: str,
-    key: Key,
-    ctx: Ctx,
-    active_view: bool = False,
-    types: Names = None,
-    roles: Names = None,
-    exclude_synthetic: bool = False,
-    branch: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    text: str | None = None,
-    after_seq: Annotated[int | None, Query(ge=0)] = None,
-    limit: Annotated[int | None, Query(ge=0, le=10_000)] = None,
-    last: Annotated[int | None, Query(ge=0, le=10_000)] = None,
-    vectors: bool = False,
-) -> dict[str, Any]:
+    session_id: str, key: Key, ctx: Ctx, query: Annotated[EventQuery, Depends(event_query)]
+) -> Response:
     """The events that pass every filter given, oldest first (see `EventFilter`:
     ``last`` widens back to a turn start; ``after_seq`` + ``limit`` page forward).
-    Vectors are left out unless ``vectors=true``."""
-    await ctx.session(key, session_id)
-    version = await ctx.store.version(session_id)
+    A read without ``last`` is a page: ``limit`` events at most (200 by default, 1000
+    at most); when it is full, ``next_after_seq`` is the ``after_seq`` of the next page
+    (of the log; the active view is one page of at most 1000). Vectors are left out
+    unless ``vectors=true``."""
+    active_view, limit, last = query.active_view, query.limit, query.last
+    session = await ctx.session(key, session_id)
+    if last is None and limit is None:
+        limit = MAX_EVENTS_PAGE if active_view else DEFAULT_EVENTS_PAGE
+    # The version the session was read with: never ahead of the events read after it.
+    version = session.version
     events = await ctx.store.read(
-        session_id,
+        session.id,
         EventFilter(
             active_view=active_view,
-            types=types,
-            roles=roles,
-            exclude_synthetic=exclude_synthetic,
-            branch=branch,
-            since=since,
-            until=until,
-            text=text,
-            after_seq=after_seq,
+            types=query.types,
+            roles=query.roles,
+            exclude_synthetic=query.exclude_synthetic,
+            branch=query.branch,
+            since=query.since,
+            until=query.until,
+            text=query.text,
+            after_seq=query.after_seq,
             limit=limit,
             last=last,
         ),
     )
-    return {"items": [event_to_json(e, vectors=vectors) for e in events], "version": version}
+    names = Names.of(key)
+    full = limit is not None and limit > 0 and len(events) == limit and not active_view
+    return json_response(
+        {
+            "items": [event_json(e, names, vectors=query.vectors) for e in events],
+            "version": version,
+            "next_after_seq": events[-1].seq if full else None,
+        }
+    )
 
 
 @router.get(
@@ -158,8 +210,8 @@ async def read_events(
 )
 async def version(session_id: str, key: Key, ctx: Ctx) -> dict[str, int]:
     """The log's version: +1 for every append that added an event and every batch."""
-    await ctx.session(key, session_id)
-    return {"version": await ctx.store.version(session_id)}
+    session = await ctx.session(key, session_id)
+    return {"version": await ctx.store.version(session.id)}
 
 
 @router.put(
@@ -172,10 +224,14 @@ async def set_narration(
     session_id: str, message_id: str, body: NarrationBody, key: Key, ctx: Ctx
 ) -> Response:
     """Set or clear a message's narration; 404 for a message not in that session."""
-    await ctx.session(key, session_id)
-    if not await ctx.store.set_narration(session_id, message_id, body.narration):
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    for candidate in dict.fromkeys((names.id_in(message_id), message_id)):
+        if await ctx.store.set_narration(session.id, candidate, body.narration):
+            break
+    else:
         raise HTTPException(404, f"no message {message_id!r} in that session")
-    ctx.changed(session_id)
+    ctx.changed(session.id)
     return Response(status_code=204)
 
 
@@ -185,20 +241,22 @@ async def search(body: SearchIn, key: Key, ctx: Ctx) -> dict[str, Any]:
     or ``hybrid``; within the key's owner (admin keys: ``owner_id``, or everyone)."""
     owner: str | None
     owner = None if key.admin and body.owner_id is None else ctx.owner_scope(key, body.owner_id)
+    session_id = None
     if body.session_id is not None:
-        await ctx.session(key, body.session_id)
+        session_id = (await ctx.session(key, body.session_id)).id
     hits = await ctx.store.search(
         body.query,
         vector=body.vector,
         mode=body.mode,
         owner_id=owner,
-        session_id=body.session_id,
+        session_id=session_id,
         k=body.k,
         roles=body.roles,
     )
+    names = Names.of(key)
     return {
         "items": [
-            {"message": event_to_json(h.message, vectors=False), "score": h.score} for h in hits
+            {"message": event_json(h.message, names, vectors=False), "score": h.score} for h in hits
         ]
     }
 
@@ -238,7 +296,7 @@ async def compact(session_id: str, body: CompactIn, key: Key, ctx: Ctx) -> dict[
     summarized by ``summary`` (or the server's summarizer) in one version-checked
     batch. ``compacted`` is false, and nothing written, when the trigger does not fire,
     nothing leaves the view, or another writer moved the log first."""
-    await ctx.session(key, session_id)
+    session = await ctx.session(key, session_id)
     strategy, trigger = _strategy(body.strategy), _trigger(body.trigger)
     summary = body.summary
     summarize: Summarize
@@ -252,16 +310,17 @@ async def compact(session_id: str, body: CompactIn, key: Key, ctx: Ctx) -> dict[
         summarize = ctx.summarize
     else:
         raise HTTPException(422, "give a summary: this server has no summarizer")
-    result = await ctx.store.compact(session_id, strategy, summarize, trigger)
+    result = await ctx.store.compact(session.id, strategy, summarize, trigger)
     if result is None:
-        return {"compacted": False, "version": await ctx.store.version(session_id)}
-    ctx.changed(session_id)
+        return {"compacted": False, "version": await ctx.store.version(session.id)}
+    ctx.changed(session.id)
+    names = Names.of(key)
     return {
         "compacted": True,
-        "boundary_id": result.boundary_id,
-        "summary_ids": list(result.summary_ids),
-        "kept_event_ids": list(result.kept_event_ids),
-        "compacted_event_ids": list(result.compacted_event_ids),
+        "boundary_id": names.id_out(result.boundary_id),
+        "summary_ids": names.ids_out(result.summary_ids),
+        "kept_event_ids": names.ids_out(result.kept_event_ids),
+        "compacted_event_ids": names.ids_out(result.compacted_event_ids),
         "version": result.version,
     }
 

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Response
 
 from convostore.cursors import decode_cursor
-from convostore.errors import InvalidCursorError
+from convostore.errors import InvalidCursorError, SessionExistsError
 from convostore.model import (
     PageRequest,
     SessionFilter,
@@ -18,8 +17,9 @@ from convostore.model import (
     User,
     UserRef,
 )
-from convostore.records import session_to_json, user_from_json, user_to_json
+from convostore.records import session_to_json, user_from_json
 from convostore.server.context import Ctx, Key
+from convostore.server.names import Names
 from convostore.server.openapi import problems
 from convostore.server.schemas import (
     Count,
@@ -30,6 +30,7 @@ from convostore.server.schemas import (
     SessionPatch,
     SummaryOut,
     SummaryPage,
+    Time,
     TitleBody,
     UserBody,
     UserIn,
@@ -39,19 +40,19 @@ from convostore.server.schemas import (
 router = APIRouter(prefix="/v1")
 
 
-def summary_json(summary: SessionSummary) -> dict[str, Any]:
+def summary_json(summary: SessionSummary, names: Names) -> dict[str, Any]:
     return {
-        "session": session_to_json(summary.session),
-        "owner": None if summary.owner is None else user_to_json(summary.owner),
+        "session": names.session(session_to_json(summary.session)),
+        "owner": None if summary.owner is None else names.user(summary.owner),
         "message_count": summary.message_count,
-        "started_by": None if summary.started_by is None else user_to_json(summary.started_by),
+        "started_by": None if summary.started_by is None else names.user(summary.started_by),
     }
 
 
-def user_ref(value: str | UserIn) -> UserRef:
+def user_ref(value: str | UserIn, names: Names) -> UserRef:
     if isinstance(value, str):
-        return value
-    return user_from_json(value.model_dump())
+        return names.user_in(value)
+    return user_from_json(names.user_ref_in(value.model_dump()))
 
 
 def _cursor_order(cursor: str) -> SessionOrder:
@@ -75,23 +76,25 @@ async def whoami(key: Key) -> dict[str, Any]:
     return {"id": key.id, "owner_id": key.owner_id, "admin": key.admin, "label": key.label}
 
 
-@router.put("/users/{user_id}", tags=["users"], response_model=UserOut, responses=problems(403))
+@router.put("/users/{user_id}", tags=["users"], response_model=UserOut, responses=problems())
 async def put_user(user_id: str, body: UserBody, key: Key, ctx: Ctx) -> dict[str, Any]:
-    """Store a user if absent (a stored user is kept as it is) and return the stored one.
-    A key may write its own owner's user; an admin key any."""
-    if not key.can_see(user_id):
-        raise HTTPException(403, "this key may write only its owner's user")
-    stored = await ctx.store.put_user(User(id=user_id, **body.model_dump()))
-    return user_to_json(stored)
+    """Store the user, replacing the one stored under this id, and return it. The ids
+    are the key's owner's own (another owner's ``bot`` is another record); the owner's
+    id names the owner's user. Admin keys name the store's ids."""
+    names = Names.of(key)
+    stored = await ctx.store.put_user(User(id=names.user_in(user_id), **body.model_dump()))
+    return names.user(stored)
 
 
 @router.get("/users/{user_id}", tags=["users"], response_model=UserOut, responses=problems(404))
 async def get_user(user_id: str, key: Key, ctx: Ctx) -> dict[str, Any]:
-    """A user: the key's owner, or (admin keys) anyone."""
-    user = await ctx.store.get_user(user_id) if key.can_see(user_id) else None
+    """A user of the key's owner: its own record, or one written through its keys
+    (as an author, a recipient, or here). Admin keys name the store's ids."""
+    names = Names.of(key)
+    user = await ctx.store.get_user(names.user_in(user_id))
     if user is None:
         raise HTTPException(404, f"no user {user_id!r}")
-    return user_to_json(user)
+    return names.user(user)
 
 
 @router.post(
@@ -107,20 +110,29 @@ async def create_session(
     """Create a session for the key's owner (admin keys: for ``owner_id``). An
     existing id is 409 and leaves that session untouched."""
     owner = ctx.owner_scope(key, body.owner_id)
-    if body.part_of is not None:
-        await ctx.session(key, body.part_of)
+    names = Names.of(key)
+    part_of = None if body.part_of is None else (await ctx.session(key, body.part_of)).id
+    session_id = None
+    if body.id is not None:
+        session_id = names.id_in(body.id)
+        # A session of this owner made under the plain id (by the store's own API) is
+        # the one this id names: it is taken.
+        if session_id != body.id:
+            plain = await ctx.store.get_session(body.id)
+            if plain is not None and key.can_see(plain.owner_id):
+                raise SessionExistsError(f"a session {body.id!r} exists")
     session = await ctx.store.create_session(
         owner,
-        session_id=body.id,
+        session_id=session_id,
         title=body.title,
         kind=body.kind,
-        part_of=body.part_of,
-        held_with=None if body.held_with is None else user_ref(body.held_with),
+        part_of=part_of,
+        held_with=None if body.held_with is None else user_ref(body.held_with, names),
         metadata=body.metadata,
         expires_at=body.expires_at,
     )
     response.headers["ETag"] = etag(session.stamp)
-    return session_to_json(session)
+    return names.session(session_to_json(session))
 
 
 @router.get("/sessions", tags=["sessions"], response_model=SummaryPage, responses=problems(403))
@@ -144,7 +156,9 @@ async def list_sessions(
         PageRequest(size=size, cursor=cursor, order=chosen),
         SessionFilter(kind=kind, include_parts=include_parts),
     )
-    return {"items": [summary_json(s) for s in page.items], "next_cursor": page.next_cursor}
+    names = Names.of(key)
+    items = [summary_json(s, names) for s in page.items]
+    return {"items": items, "next_cursor": page.next_cursor}
 
 
 @router.get("/sessions-count", tags=["sessions"], response_model=Count, responses=problems(403))
@@ -168,17 +182,20 @@ async def lookup_sessions(name: str, value: str, key: Key, ctx: Ctx) -> list[dic
     """Sessions whose indexed metadata ``name`` equals ``value`` (as strings), oldest
     first, of those the key may see. A key the store does not index is 422."""
     found = await ctx.store.find_sessions_by_metadata(name, value)
-    return [session_to_json(s) for s in found if key.can_see(s.owner_id)]
+    names = Names.of(key)
+    return [names.session(session_to_json(s)) for s in found if key.can_see(s.owner_id)]
 
 
 @router.post(
     "/sessions-expired/delete", tags=["sessions"], response_model=Deleted, responses=problems(403)
 )
-async def delete_expired(key: Key, ctx: Ctx, before: datetime | None = None) -> dict[str, int]:
+async def delete_expired(key: Key, ctx: Ctx, before: Time | None = None) -> dict[str, int]:
     """Delete every owner's sessions that expired before ``before`` (default: now).
     Admin keys only."""
     ctx.require_admin(key)
-    return {"deleted": await ctx.store.delete_expired(before)}
+    deleted = await ctx.store.delete_expired(before)
+    ctx.wakeups.notify_all()
+    return {"deleted": deleted}
 
 
 @router.get(
@@ -188,7 +205,7 @@ async def get_session(session_id: str, key: Key, ctx: Ctx, response: Response) -
     """A session; its ``stamp`` is also the ``ETag``."""
     session = await ctx.session(key, session_id)
     response.headers["ETag"] = etag(session.stamp)
-    return session_to_json(session)
+    return Names.of(key).session(session_to_json(session))
 
 
 @router.patch(
@@ -215,9 +232,9 @@ async def update_session(
     for name in body.model_fields_set:
         changes[name] = getattr(body, name)
     updated = await ctx.store.update_session(replace(session, **changes))
-    ctx.changed(session_id)
+    ctx.changed(session.id)
     response.headers["ETag"] = etag(updated.stamp)
-    return session_to_json(updated)
+    return Names.of(key).session(session_to_json(updated))
 
 
 @router.put(
@@ -230,11 +247,11 @@ async def set_title(
     session_id: str, body: TitleBody, key: Key, ctx: Ctx, response: Response
 ) -> dict[str, Any]:
     """Set the title alone; never conflicts."""
-    await ctx.session(key, session_id)
-    updated = await ctx.store.set_title(session_id, body.title)
-    ctx.changed(session_id)
+    session = await ctx.session(key, session_id)
+    updated = await ctx.store.set_title(session.id, body.title)
+    ctx.changed(session.id)
     response.headers["ETag"] = etag(updated.stamp)
-    return session_to_json(updated)
+    return Names.of(key).session(session_to_json(updated))
 
 
 @router.delete(
@@ -242,9 +259,10 @@ async def set_title(
 )
 async def delete_session(session_id: str, key: Key, ctx: Ctx) -> Response:
     """Delete the session, its parts and their logs."""
-    await ctx.session(key, session_id)
-    await ctx.store.delete_session(session_id)
-    ctx.changed(session_id)
+    session = await ctx.session(key, session_id)
+    await ctx.store.delete_session(session.id)
+    # Its parts went with it: every stream looks whether its session is still there.
+    ctx.wakeups.notify_all()
     return Response(status_code=204)
 
 
@@ -256,8 +274,9 @@ async def delete_session(session_id: str, key: Key, ctx: Ctx) -> Response:
 )
 async def list_parts(session_id: str, key: Key, ctx: Ctx) -> list[dict[str, Any]]:
     """The side conversations of a session, with their counts."""
-    await ctx.session(key, session_id)
-    return [summary_json(s) for s in await ctx.store.list_parts(session_id)]
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    return [summary_json(s, names) for s in await ctx.store.list_parts(session.id)]
 
 
 @router.post(
@@ -270,11 +289,12 @@ async def find_or_create_part(
     session_id: str, body: PartCreate, key: Key, ctx: Ctx
 ) -> dict[str, Any]:
     """The session's part held with ``held_with``, created if absent."""
-    await ctx.session(key, session_id)
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
     part = await ctx.store.find_or_create_part(
-        session_id, user_ref(body.held_with), title=body.title, kind=body.kind
+        session.id, user_ref(body.held_with, names), title=body.title, kind=body.kind
     )
-    return session_to_json(part)
+    return names.session(session_to_json(part))
 
 
 @router.get(
@@ -285,5 +305,6 @@ async def find_or_create_part(
 )
 async def participants(session_id: str, key: Key, ctx: Ctx) -> list[dict[str, Any]]:
     """Everyone who wrote in the session, once each, in order of first message."""
-    await ctx.session(key, session_id)
-    return [user_to_json(u) for u in await ctx.store.participants(session_id)]
+    session = await ctx.session(key, session_id)
+    names = Names.of(key)
+    return [names.user(u) for u in await ctx.store.participants(session.id)]

@@ -6,12 +6,30 @@ validated here, then read by `convostore.records` into the store's values.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 JsonObject = dict[str, Any]
+INT64_MAX = 2**63 - 1
+
+
+def _in_utc_range(value: datetime) -> datetime:
+    # A time near year 1 or 9999 may not exist in UTC: refused here, not by a 500 later.
+    if value.tzinfo is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("the time is out of range once converted to UTC") from None
+    return value
+
+
+Time = Annotated[datetime, AfterValidator(_in_utc_range)]
+"""A datetime that exists in UTC (naive ones are refused by the store)."""
+Count64 = Annotated[int, Field(ge=0, le=INT64_MAX)]
+"""A count or a position: what a 64-bit column holds."""
+Finite = Annotated[float, Field(allow_inf_nan=False)]
 
 
 class Problem(BaseModel):
@@ -67,7 +85,7 @@ class SessionCreate(_In):
     part_of: str | None = None
     held_with: UserRefIn | None = None
     metadata: JsonObject | None = None
-    expires_at: datetime | None = None
+    expires_at: Time | None = None
 
 
 class SessionPatch(_In):
@@ -75,7 +93,7 @@ class SessionPatch(_In):
 
     title: str | None = None
     metadata: JsonObject | None = None
-    expires_at: datetime | None = None
+    expires_at: Time | None = None
 
 
 class TitleBody(_In):
@@ -133,10 +151,10 @@ class AttachmentIn(_In):
     id: str = Field(min_length=1)
     filename: str = Field(min_length=1)
     mime_type: str = "application/octet-stream"
-    size_bytes: int | None = None
+    size_bytes: Count64 | None = None
     content_hash: str | None = None
     storage_uri: str | None = None
-    created_at: datetime | None = None
+    created_at: Time | None = None
 
 
 class DataIn(_In):
@@ -152,10 +170,10 @@ class AssetIn(_In):
     asset_id: str = Field(min_length=1)
     name: str = Field(min_length=1)
     mime_type: str = "application/octet-stream"
-    size_bytes: int | None = None
+    size_bytes: Count64 | None = None
     content_hash: str | None = None
     storage_uri: str | None = None
-    created_at: datetime | None = None
+    created_at: Time | None = None
 
 
 class EventIn(_In):
@@ -167,7 +185,7 @@ class EventIn(_In):
     branch: str | None = None
     metadata: JsonObject | None = None
     synthetic: bool = False
-    created_at: datetime | None = None
+    created_at: Time | None = None
     payload: Any = None
     role: Literal["user", "assistant", "system", "tool"] | None = None
     content: str | None = None
@@ -179,13 +197,34 @@ class EventIn(_In):
     attachments: list[AttachmentIn] = Field(default_factory=list)
     data: list[DataIn] = Field(default_factory=list)
     assets: list[AssetIn] = Field(default_factory=list)
-    embedding: list[float] | None = None
+    embedding: list[Finite] | None = None
     embedding_model: str | None = None
 
 
 class BatchIn(_In):
-    expected_version: int = Field(ge=0)
+    expected_version: int = Field(ge=0, le=INT64_MAX)
     events: list[EventIn] = Field(max_length=1000)
+
+
+DEFAULT_EVENTS_PAGE = 200
+MAX_EVENTS_PAGE = 1000
+
+
+class EventQuery(BaseModel):
+    """The query of ``GET .../events``: `EventFilter`'s options, and ``vectors``."""
+
+    active_view: bool = False
+    types: list[str] | None = None
+    roles: list[str] | None = None
+    exclude_synthetic: bool = False
+    branch: str | None = None
+    since: Time | None = None
+    until: Time | None = None
+    text: str | None = None
+    after_seq: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    limit: int | None = Field(default=None, ge=0, le=MAX_EVENTS_PAGE)
+    last: int | None = Field(default=None, ge=0, le=MAX_EVENTS_PAGE)
+    vectors: bool = False
 
 
 class Version(BaseModel):
@@ -221,7 +260,7 @@ class EventOut(BaseModel):
     data: list[JsonObject] | None = None
     assets: list[JsonObject] | None = None
     narration: str | None = None
-    embedding: list[float] | None = None
+    embedding: list[Finite] | None = None
     embedding_model: str | None = None
     stamp: str | None = None
 
@@ -229,6 +268,9 @@ class EventOut(BaseModel):
 class EventList(BaseModel):
     items: list[EventOut]
     version: int
+    next_after_seq: int | None = Field(
+        default=None, description="a full page: pass it as after_seq for the next one"
+    )
 
 
 class NarrationBody(_In):
@@ -237,7 +279,7 @@ class NarrationBody(_In):
 
 class SearchIn(_In):
     query: str | None = None
-    vector: list[float] | None = None
+    vector: list[Finite] | None = None
     mode: Literal["vector", "text", "hybrid"] | None = None
     owner_id: str | None = Field(default=None, description="admin keys only")
     session_id: str | None = None

@@ -22,6 +22,7 @@ from convostore.prepare import (
     prepare_append,
 )
 from convostore.store.base import StoreBase
+from convostore.store.compacting import run_compaction
 
 if TYPE_CHECKING:
     from convostore.compaction import (
@@ -223,9 +224,7 @@ class LogOperations(StoreBase):
         the view, or another writer moved the version first, when compacting again
         works on the new view)."""
         self._check_open()
-        from convostore.compaction import compact_outcome
-
-        return await compact_outcome(cast("Store", self), session_id, strategy, summarize, trigger)
+        return await run_compaction(cast("Store", self), session_id, strategy, summarize, trigger)
 
 
 def _as_message(event: Event) -> Message:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal
 
 from convostore.backends.interface import SearchScope, TextQuery, VectorQuery
 from convostore.embedding import (
@@ -14,13 +14,11 @@ from convostore.embedding import (
     text_tokens,
 )
 from convostore.errors import InvalidArgumentError
-from convostore.filters import parse_role
+from convostore.fields import parse_role
 from convostore.model import Message, Role, SearchHit, UserRef
 from convostore.prepare import check_id, check_vector, user_id_of
 from convostore.store.base import StoreBase, filtering
-
-if TYPE_CHECKING:
-    from convostore.store import Store
+from convostore.store.reembedding import reembed
 
 __all__ = ["MAX_SEARCH_HITS", "SearchMode", "SearchOperations"]
 
@@ -126,8 +124,6 @@ class SearchOperations(StoreBase):
         failed and how many were never tried; a rerun touches only what is pending.
         ``on_progress(done, total)`` is called after each page."""
         self._check_open()
-        from convostore.embedding import reembed
-
         chosen = self.embedder if embedder is None else filtering(embedder)
         if chosen is None:
             raise InvalidArgumentError("reembed needs an embedder (the store has none)")
@@ -136,7 +132,7 @@ class SearchOperations(StoreBase):
         self.embedder = chosen
         self.vector_index = VectorIndexSpec.of(chosen)
         self.vector_index_drift = None
-        return await reembed(cast("Store", self), chosen, on_progress=on_progress)
+        return await reembed(self, chosen, on_progress=on_progress)
 
 
 def _fuse(rankings: Sequence[list[SearchHit]], k: int) -> list[SearchHit]:

@@ -25,6 +25,7 @@ from convostore.backends.sqlite import search as sqlite_search
 from convostore.backends.sqlite.connection import in_read_snapshot, open_connection
 from convostore.backends.sqlite.search import VectorCache
 from convostore.embedding import HashingEmbedder, Metric
+from convostore.ids import new_stamp
 from tests.backends.sqlite.support import (
     ADA,
     BOB,
@@ -80,7 +81,7 @@ async def test_the_cache_follows_replaced_vectors(vector_store: Store, vector_pe
         messages = await vector_store.messages(rng.choice(sessions))
         target = rng.choice(messages)
         old, new = target.embedding, gaussian(rng)
-        await sqlite_of(writer).set_embeddings(model, [(target.id, tuple(new))])
+        await sqlite_of(writer).set_embeddings(model, [(target.id, tuple(new))], new_stamp())
         assert await is_nearest(vector_store, new, target.id)
         assert not await is_nearest(vector_store, old, target.id)
         await assert_exact(vector_store, rng, sessions, 3)
@@ -178,7 +179,7 @@ async def test_the_cache_stays_exact_through_any_interleaving(
             messages = await writer.messages(rng.choice(sessions))
             chosen = rng.sample(messages, min(2, len(messages)))
             await sqlite_of(writer).set_embeddings(
-                model, [(m.id, tuple(gaussian(rng))) for m in chosen]
+                model, [(m.id, tuple(gaussian(rng))) for m in chosen], new_stamp()
             )
         elif action == 4 and len(sessions) > 2:
             await writer.delete_session(sessions.pop(rng.randrange(len(sessions))))
@@ -308,7 +309,7 @@ async def test_searches_read_only_the_rows_changed_since(
     await vector_store.search(vector=vector)
     assert written == []
     await sqlite_of(vector_store).set_embeddings(
-        HashingEmbedder(WIDTH).name, [(message.id, tuple(gaussian(rng)))]
+        HashingEmbedder(WIDTH).name, [(message.id, tuple(gaussian(rng)))], new_stamp()
     )
     await vector_store.search(vector=vector)
     assert written == [1]
@@ -357,7 +358,9 @@ async def test_the_change_log_names_every_change_of_a_vector(
     await vector_store.update_session(replace(fresh, title="titled"))
     await vector_store.append_event(session, EventWrite("APP.STEP"))
     assert len(logged()) == before + 3
-    await sqlite_of(vector_store).set_embeddings("m", [(message.id, tuple(gaussian(rng)))])
+    await sqlite_of(vector_store).set_embeddings(
+        "m", [(message.id, tuple(gaussian(rng)))], new_stamp()
+    )
     [(rowid,)] = raw_rows(db_path, "SELECT rowid FROM events WHERE id = ?", message.id)
     assert logged()[-1] == rowid
     assert await vector_store.delete_session(session)

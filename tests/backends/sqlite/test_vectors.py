@@ -41,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 import convostore
 from convostore import MessageWrite, Role, User
 from convostore.embedding import HashingEmbedder
+from convostore.ids import new_stamp
 
 async def main(url, action, argument, seed):
     rng = random.Random(int(seed))
@@ -58,7 +59,7 @@ async def main(url, action, argument, seed):
         elif action == "reembed":
             messages = await store.messages(argument)
             vectors = [(m.id, tuple(rng.gauss(0.0, 1.0) for _ in range(16))) for m in messages[:3]]
-            await store.backend.set_embeddings(embedder.name, vectors)
+            await store.backend.set_embeddings(embedder.name, vectors, new_stamp())
         elif action == "expire":
             past = datetime.now(UTC) - timedelta(days=1)
             session = await store.create_session(User("ada", "Ada"), expires_at=past)

@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from convostore.embedding import Metric
+from convostore.backends.spi import Metric
 
 __all__ = ["FALKORDB", "CypherDialect"]
 

@@ -42,7 +42,7 @@ import functools
 from typing import Final
 
 from convostore.backends.cypher.dialect import CypherDialect
-from convostore.embedding import Metric
+from convostore.backends.spi import Metric
 from convostore.model import SessionOrder
 
 __all__ = ["EVENT_CONDITIONS", "INDEXED_PROPERTIES", "CypherQueries"]

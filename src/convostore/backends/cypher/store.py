@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from convostore._json import index_value
 from convostore._time import to_micros
+from convostore.backends import decisions
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.dialect import CypherDialect
 from convostore.backends.cypher.values import (
@@ -33,15 +34,17 @@ from convostore.backends.interface import (
     TextQuery,
     VectorQuery,
 )
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.backends.spi import (
+    AppendOutcome,
+    Metric,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SessionChanges,
+    VectorIndexSpec,
+)
 from convostore.errors import (
-    EventIdConflictError,
-    InvalidArgumentError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StaleObjectError,
     StoreError,
-    UnknownUserError,
 )
 from convostore.filters import (
     EventFilter,
@@ -60,7 +63,6 @@ from convostore.model import (
     SessionSummary,
     User,
 )
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges, new_stamp
 
 __all__ = ["CypherBackend"]
 
@@ -122,9 +124,8 @@ class CypherBackend(Backend):
         if ok:
             return new.session
         _refuse_session(new, existed, missing, parent_found, parent_part_of, parent_owner)
-        if if_absent:
-            return None
-        raise SessionExistsError(f"session {new.session.id!r} already exists")
+        decisions.refuse_existing(new.session, if_absent)
+        return None
 
     async def find_or_insert_part(self, new: NewSession) -> Session:
         # Writes to a graph run one at a time, so no other part can appear between the
@@ -135,16 +136,12 @@ class CypherBackend(Backend):
         ok, existed, missing, parent_found, parent_part_of, parent_owner, owner = row[:7]
         if row[7] is not None:
             return READER.session(row[7:])
-        if not parent_found:
-            raise SessionNotFoundError(f"no session {new.session.part_of!r} to hold a part")
-        if parent_part_of is not None:
-            raise InvalidArgumentError("part_of must name a top-level session")
-        session = replace(new.session, owner_id=owner)
+        new = decisions.owned_by_parent(new, (owner, parent_part_of) if parent_found else None)
         if ok:
-            return session
-        new = replace(new, session=session)
+            return new.session
         _refuse_session(new, existed, missing, parent_found, parent_part_of, parent_owner)
-        raise SessionExistsError(f"session {session.id!r} already exists")
+        decisions.refuse_existing(new.session, False)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def get_session(self, session_id: str) -> Session | None:
         rows = await self._run(q.GET_SESSION, {"id": session_id}, write=False)
@@ -155,15 +152,13 @@ class CypherBackend(Backend):
         if rows:
             return READER.session(rows[0])
         exists = await self._run(q.SESSION_EXISTS, {"id": changes.session_id}, write=False)
-        if not exists[0][0]:
-            raise SessionNotFoundError(f"no session {changes.session_id!r}")
-        raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
+        raise decisions.stale_or_missing(changes.session_id, bool(exists[0][0]))
 
     async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         parameters = {"id": session_id, "title": title, "stamp": stamp}
         rows = await self._run(q.SET_TITLE, parameters, write=True)
         if not rows:
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         return READER.session(rows[0])
 
     async def delete_session(self, session_id: str) -> bool:
@@ -229,26 +224,21 @@ class CypherBackend(Backend):
         raise StoreError(f"the append to session {append.session_id!r} kept racing; try again")
 
     async def _refusal(self, append: PreparedAppend, required: list[str]) -> AppendOutcome | None:
-        """Why an append wrote nothing, in the order `Store._append` gives; None when
+        """Why an append wrote nothing, in the order `Backend.append` gives; None when
         nothing is wrong any more (it raced another write)."""
         parameters = {"session_id": append.session_id, "required_users": required}
         version, missing = (await self._run(q.APPEND_REFUSAL, parameters, write=False))[0]
         if version is None:
-            raise SessionNotFoundError(f"no session {append.session_id!r}")
+            raise decisions.missing_session(append.session_id)
         if missing:
-            raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+            raise decisions.unknown_users(missing)
         if append.expected_version is not None and version != append.expected_version:
             return AppendOutcome(applied=False)
         ids = [p.event.id for p in append.events]
         rows = await self._run(q.EVENTS_WITH_IDS, {"ids": ids}, write=False)
         if not rows:
             return None
-        stored = {event.id: event for event in map(READER.event, rows)}
-        clash = next(stored[event_id] for event_id in ids if event_id in stored)
-        if append.expected_version is None and clash.session_id == append.session_id:
-            return AppendOutcome(applied=False, events=[clash])
-        where = "" if clash.session_id == append.session_id else " by another session"
-        raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
+        return decisions.replay_or_conflict(append, list(map(READER.event, rows)))
 
     async def version(self, session_id: str) -> int:
         rows = await self._run(q.SESSION_VERSION, {"id": session_id}, write=False)
@@ -296,10 +286,10 @@ class CypherBackend(Backend):
         return int(rows[0][0])
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
         items = [
-            {"id": message_id, "vector": list(vector), "stamp": new_stamp()}
+            {"id": message_id, "vector": list(vector), "stamp": stamp}
             for message_id, vector in vectors
         ]
         await self._run(self.queries.set_embeddings, {"model": model, "items": items}, write=True)
@@ -402,18 +392,11 @@ def _refuse_session(
 ) -> None:
     """Raise what refused an insert, in the order the contract gives the checks; return
     when only the id was taken."""
-    session = new.session
     if existed:
         return
     if missing:
-        raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
-    if session.part_of is not None:
-        if not parent_found:
-            raise SessionNotFoundError(f"part_of names no session: {session.part_of!r}")
-        if parent_part_of is not None:
-            raise InvalidArgumentError("part_of must name a top-level session")
-        if parent_owner != session.owner_id:
-            raise InvalidArgumentError("part_of must name a session with the same owner")
+        raise decisions.unknown_users(missing)
+    decisions.check_parent(new.session, (parent_owner, parent_part_of) if parent_found else None)
 
 
 def _listing(summaries: bool, page: SessionPage) -> tuple[str, dict[str, Any]]:

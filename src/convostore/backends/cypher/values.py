@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from convostore import _json
+from convostore._text import text_tokens
 from convostore._time import from_micros, to_micros
 from convostore.backends.cypher.queries import SCHEMA_LABEL_KEY
+from convostore.backends.spi import NewSession, PreparedAppend, PreparedEvent, SessionChanges
 from convostore.backends.sql.rows import RowReader
-from convostore.embedding import text_tokens
 from convostore.errors import InvalidArgumentError
 from convostore.filters import is_turn_start
 from convostore.model import COMPACTION, Message, User
-from convostore.prepare import NewSession, PreparedAppend, PreparedEvent, SessionChanges
 
 __all__ = [
     "READER",

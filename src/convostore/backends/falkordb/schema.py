@@ -17,7 +17,7 @@ from convostore._json import indexable, loads
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.values import metadata_entry
 from convostore.backends.migrations import refuse_newer
-from convostore.embedding import Metric, VectorIndexSpec
+from convostore.backends.spi import Metric, VectorIndexSpec
 
 __all__ = [
     "SCHEMA_VERSION",

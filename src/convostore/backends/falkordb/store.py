@@ -20,9 +20,9 @@ from convostore.backends.cypher.store import CypherBackend, Rows
 from convostore.backends.falkordb import schema
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
 from convostore.backends.interface import Capabilities
+from convostore.backends.spi import VectorIndexSpec
 from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
-from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError, StoreError
 
 __all__ = ["FalkorDBBackend", "translate_error"]

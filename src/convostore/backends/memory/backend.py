@@ -14,7 +14,9 @@ from datetime import datetime
 from typing import Any, Self
 
 from convostore._json import indexable
+from convostore._text import text_tokens
 from convostore._vectors import as_matrix, top_k
+from convostore.backends import decisions
 from convostore.backends.interface import (
     Backend,
     Capabilities,
@@ -26,14 +28,16 @@ from convostore.backends.interface import (
 )
 from convostore.backends.memory.indexes import SessionIndexes, SessionRecord, listed
 from convostore.backends.memory.view import LogView
-from convostore.embedding import PendingEmbedding, VectorIndexSpec, text_tokens
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SessionChanges,
+    VectorIndexSpec,
+)
 from convostore.errors import (
-    EventIdConflictError,
     InvalidArgumentError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StaleObjectError,
-    UnknownUserError,
 )
 from convostore.filters import EventFilter
 from convostore.model import (
@@ -46,14 +50,6 @@ from convostore.model import (
     SessionFilter,
     SessionSummary,
     User,
-)
-from convostore.prepare import (
-    AppendOutcome,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-    new_stamp,
-    owned_by_parent,
 )
 
 __all__ = ["MemoryBackend"]
@@ -114,10 +110,10 @@ class MemoryBackend(Backend):
             return self._users.get(user_id)
 
     def _check_users(self, users: tuple[User, ...], required: tuple[str, ...]) -> None:
-        given = {user.id for user in users}
-        missing = [i for i in required if i not in self._users and i not in given]
+        unconfirmed = decisions.unconfirmed_users(users, required)
+        missing = [user_id for user_id in unconfirmed if user_id not in self._users]
         if missing:
-            raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+            raise decisions.unknown_users(missing)
 
     def _insert_users(self, users: tuple[User, ...]) -> None:
         for user in users:
@@ -132,18 +128,13 @@ class MemoryBackend(Backend):
     def _insert(self, new: NewSession, *, if_absent: bool) -> Session | None:
         session = new.session
         if session.id in self._sessions:
-            if if_absent:
-                return None
-            raise SessionExistsError(f"session {session.id!r} already exists")
+            decisions.refuse_existing(session, if_absent)
+            return None
         self._check_users(new.users_to_insert, new.required_user_ids)
         if session.part_of is not None:
             parent = self._sessions.get(session.part_of)
-            if parent is None:
-                raise SessionNotFoundError(f"part_of names no session: {session.part_of!r}")
-            if parent.session.part_of is not None:
-                raise InvalidArgumentError("part_of must name a top-level session")
-            if parent.session.owner_id != session.owner_id:
-                raise InvalidArgumentError("part_of must name a session with the same owner")
+            found = None if parent is None else (parent.session.owner_id, parent.session.part_of)
+            decisions.check_parent(session, found)
         self._insert_users(new.users_to_insert)
         self._sessions[session.id] = SessionRecord(session)
         self._indexes.add(session)
@@ -155,7 +146,7 @@ class MemoryBackend(Backend):
             assert part_of is not None
             assert held_with is not None
             parent = self._sessions.get(part_of)
-            new = owned_by_parent(
+            new = decisions.owned_by_parent(
                 new, None if parent is None else (parent.session.owner_id, parent.session.part_of)
             )
             found = self._find(part_of, held_with)
@@ -174,9 +165,7 @@ class MemoryBackend(Backend):
         with self._lock:
             record = self._record(changes.session_id)
             if record.session.stamp != changes.expected_stamp:
-                raise StaleObjectError(
-                    f"session {changes.session_id!r} was written since it was read"
-                )
+                raise decisions.stale_or_missing(changes.session_id, True)
             record.session = replace(
                 record.session,
                 title=changes.title,
@@ -313,17 +302,13 @@ class MemoryBackend(Backend):
             session = record.session
             if append.expected_version is not None and session.version != append.expected_version:
                 return AppendOutcome(applied=False)
-            for prepared in append.events:
-                owner = self._event_sessions.get(prepared.event.id)
-                if owner is None:
-                    continue
-                if owner == append.session_id and append.expected_version is None:
-                    stored = record.log[record.positions[prepared.event.id]]
-                    return AppendOutcome(applied=False, events=[stored])
-                raise EventIdConflictError(
-                    f"event id {prepared.event.id!r} is already used"
-                    + ("" if owner == append.session_id else " by another session")
-                )
+            stored = [
+                self._stored_event(owner, prepared.event.id)
+                for prepared in append.events
+                if (owner := self._event_sessions.get(prepared.event.id)) is not None
+            ]
+            if stored:
+                return decisions.replay_or_conflict(append, stored)
             self._insert_users(append.users_to_insert)
             events: list[Event] = []
             for offset, prepared in enumerate(append.events, start=1):
@@ -384,8 +369,12 @@ class MemoryBackend(Backend):
     def _record(self, session_id: str) -> SessionRecord:
         record = self._sessions.get(session_id)
         if record is None:
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         return record
+
+    def _stored_event(self, session_id: str, event_id: str) -> Event:
+        record = self._sessions[session_id]
+        return record.log[record.positions[event_id]]
 
     # ---------------------------------------------------------------- vectors and text
 
@@ -429,7 +418,7 @@ class MemoryBackend(Backend):
             return len(self._pending(model, roles))
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
         with self._lock:
             for message_id, vector in vectors:
@@ -441,7 +430,7 @@ class MemoryBackend(Backend):
                 event = record.log[index]
                 if isinstance(event, Message):
                     record.log[index] = replace(
-                        event, embedding=vector, embedding_model=model, stamp=new_stamp()
+                        event, embedding=vector, embedding_model=model, stamp=stamp
                     )
 
     def _searchable(self, scope: SearchScope) -> list[Message]:

@@ -150,18 +150,29 @@ _STATEMENT_MARGIN: Final = 64 * 1024
 def check_size(parameters: Iterable[Any], limit: int, what: str) -> None:
     """`InvalidArgumentError` for values that make a statement larger than the server
     accepts (its ``max_allowed_packet``), which it would answer by dropping the
-    connection. Text is counted at four bytes a character, and exactly only then."""
+    connection. Text is counted at its worst (four bytes a character: an escaped one
+    takes two), and exactly only when that is too much: its UTF-8 bytes, and one more
+    for each the driver escapes."""
     texts = [value for value in parameters if isinstance(value, str | bytes)]
     room = limit - _STATEMENT_MARGIN
     if sum(map(len, texts)) * 4 <= room:
         return
-    # Escaping may double a byte: quotes and backslashes.
-    size = sum(2 * len(t.encode() if isinstance(t, str) else t) for t in texts)
+    size = sum(map(_escaped_size, texts))
     if size > room:
         raise InvalidArgumentError(
             f"{what} is too large for this server: about {size} bytes, and its "
             f"max_allowed_packet is {limit}"
         )
+
+
+# The bytes the driver writes as two in a statement's text (a backslash before each).
+_ESCAPED_BYTES: Final = tuple(bytes([b]) for b in b"\\'\"\n\r\x00\x1a")
+
+
+def _escaped_size(value: str | bytes) -> int:
+    """How many bytes ``value`` takes in a statement's text, without its quotes."""
+    data = value.encode() if isinstance(value, str) else value
+    return len(data) + sum(data.count(b) for b in _ESCAPED_BYTES)
 
 
 def session_setup(facts: ServerFacts) -> str:

@@ -61,10 +61,10 @@ from convostore.backends.mysql.connection import (
 )
 from convostore.backends.mysql.schema import migration_lock
 from convostore.backends.mysql.url import MySQLTarget
+from convostore.backends.spi import Metric, VectorIndexSpec
 from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import drive
 from convostore.backends.sql.embeddings import SELECT_VECTOR_INDEX
-from convostore.embedding import Metric, VectorIndexSpec
 from convostore.model import SearchHit
 
 __all__ = [

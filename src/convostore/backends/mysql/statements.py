@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from convostore._text import text_tokens
 from convostore._time import to_micros
 from convostore.backends.mysql.schema import TOKEN_PREFIX, VALUE_PREFIX_LENGTH
+from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.appends import append_statements
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
@@ -35,9 +37,7 @@ from convostore.backends.sql.values import (
     vector_blob,
 )
 from convostore.backends.sql.writes import KeyStatements, SessionWrites
-from convostore.embedding import text_tokens
 from convostore.model import Message
-from convostore.prepare import NewSession, PreparedEvent
 
 # What an insert writes beyond the fields read back: the text filter's and the text
 # index's forms of the content.
@@ -91,8 +91,11 @@ DIALECT: Final = Dialect(
         " ON DUPLICATE KEY UPDATE "
         + ", ".join(f"{column} = VALUES({column})" for column in columns)
     ),
+    # utf8mb4 named: the column would take the database's default character set
+    # (latin1 where an administrator made the database), refusing four-byte ids.
     strings_table=lambda marker, alias: (
-        f"JSON_TABLE({marker}, '$[*]' COLUMNS (value VARCHAR(255) PATH '$')) AS {alias}"
+        f"JSON_TABLE({marker}, '$[*]' COLUMNS (value VARCHAR(255) CHARACTER SET utf8mb4"
+        f" PATH '$')) AS {alias}"
     ),
     in_strings=lambda column, marker: f"JSON_CONTAINS({marker}, JSON_QUOTE({column}))",
     integers=lambda marker, alias: (
@@ -130,11 +133,36 @@ def _indexed(word: str) -> str | None:
     return token if len(token) <= MAX_TOKEN_CHARACTERS else None
 
 
+# A message longer than this (in characters) is indexed by its distinct words, each
+# once: its words written out in full would make the statement carry the content about
+# 1.4 times over again (two prefix characters a word), and the limit of a message is a
+# share of the server's max_allowed_packet (README, MySQL "Limits"). Such a message is
+# found by every word it holds, and ranked as if each occurred once.
+DISTINCT_TOKENS_ABOVE: Final = 1 << 20
+
+
 def search_tokens(content: str) -> str | None:
     """The words of a message as the FULLTEXT index reads them: `text_tokens`, each
-    with `TOKEN_PREFIX`, separated by spaces. None for a message with no words."""
-    tokens = [token for word in text_tokens(content) if (token := _indexed(word)) is not None]
+    with `TOKEN_PREFIX`, separated by spaces (each distinct word once, in order of first
+    occurrence, for a message over `DISTINCT_TOKENS_ABOVE` characters). None for a
+    message with no words."""
+    words = text_tokens(content)
+    if len(content) > DISTINCT_TOKENS_ABOVE:
+        words = list(dict.fromkeys(words))
+    tokens = [token for word in words if (token := _indexed(word)) is not None]
     return " ".join(tokens) if tokens else None
+
+
+def folded_content(content: str) -> str | None:
+    """The content as the text filter searches it (``str.lower()``), to be sent; None
+    for ASCII content, which the statement folds itself (`FOLD_ON_THE_SERVER`: ASCII's
+    case maps the same there), so a message's text is not sent twice."""
+    return None if content.isascii() else content.lower()
+
+
+# The folded content's value in the INSERT: the one sent, or the content (a column
+# earlier in the row) folded by the server.
+FOLD_ON_THE_SERVER: Final = {"content_folded": "coalesce(%s, LOWER(content))"}
 
 
 def fulltext_query(terms: tuple[str, ...]) -> str | None:
@@ -153,7 +181,7 @@ def event_row(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
     searches and the words of the FULLTEXT index."""
     event = prepared.event
     if isinstance(event, Message):
-        extra: tuple[Any, ...] = (event.content.lower(), search_tokens(event.content))
+        extra: tuple[Any, ...] = (folded_content(event.content), search_tokens(event.content))
     else:
         extra = (None, None)
     return event_values(prepared, seq) + extra
@@ -195,7 +223,7 @@ KEY_STATEMENTS: Final = KeyStatements(
 
 # The append (`convostore.backends.sql.appends`): under the session's row lock, the
 # version check and the new ``seq`` values cannot race another append.
-APPENDS: Final = append_statements(DIALECT, EVENT_INSERT_FIELDS, event_row)
+APPENDS: Final = append_statements(DIALECT, EVENT_INSERT_FIELDS, event_row, FOLD_ON_THE_SERVER)
 # The reads of the log select each row's ``row_id`` first, the key of the store's
 # `convostore.backends.sql.event_cache.EventCache`. The text filter is literal and
 # case-insensitive as Python's `needle.lower() in content.lower()`: the folded content

@@ -54,6 +54,7 @@ from convostore.backends.mysql.connection import (
     snapshot,
 )
 from convostore.backends.mysql.url import MySQLTarget
+from convostore.backends.spi import AppendOutcome, PreparedAppend
 from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import drive
 from convostore.backends.sql.values import json_list
@@ -70,7 +71,6 @@ from convostore.backends.sql.vector_cache import (
     VectorsAfter,
 )
 from convostore.model import SearchHit
-from convostore.prepare import AppendOutcome, PreparedAppend
 
 __all__ = [
     "KEPT",

@@ -42,9 +42,15 @@ from convostore.backends.postgresql.schema import (
     search_path,
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    VectorIndexSpec,
+)
 from convostore.backends.sql.aio import AsyncSQLBackend
 from convostore.backends.urls import target_of
-from convostore.embedding import VectorIndexSpec
 from convostore.errors import BackendUnavailableError
 from convostore.filters import EventFilter
 from convostore.model import (
@@ -53,7 +59,6 @@ from convostore.model import (
     Session,
     User,
 )
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
 __all__ = ["PostgreSQLBackend"]
 
@@ -216,9 +221,9 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         await self._declare(spec, replace=False, build=True)
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
-        await self._run(search.set_embeddings, model, vectors)
+        await self._run(search.set_embeddings, model, vectors, stamp)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
         if self.facts.vector_schema is None:

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from psycopg import errors
 
+from convostore.backends.decisions import owned_by_parent
 from convostore.backends.postgresql import statements as sql
 from convostore.backends.postgresql.connection import Connection
 from convostore.backends.postgresql.rows import (
@@ -21,6 +22,7 @@ from convostore.backends.postgresql.rows import (
     user_values,
     users_json,
 )
+from convostore.backends.spi import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 from convostore.backends.sql.decisions import (
     check_parent,
     event_conditions,
@@ -41,13 +43,6 @@ from convostore.filters import (
     compose_view,
 )
 from convostore.model import Event, Session, User
-from convostore.prepare import (
-    AppendOutcome,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-    owned_by_parent,
-)
 
 __all__ = [
     "append",
@@ -197,7 +192,7 @@ async def update_session(connection: Connection, changes: SessionChanges) -> Ses
 
 
 async def append(connection: Connection, prepared: PreparedAppend) -> AppendOutcome:
-    """The checks in the order `Store._append` gives, in one statement in the common
+    """The checks in the order `Backend.append` gives, in one statement in the common
     case; whatever it refuses leaves nothing written, since it is one statement."""
     events = prepared.events
     required = unconfirmed_users(prepared.users_to_insert, prepared.required_user_ids)

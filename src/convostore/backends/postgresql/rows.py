@@ -9,10 +9,10 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from convostore._text import text_tokens
+from convostore.backends.spi import PreparedEvent
 from convostore.backends.sql.rows import RowReader, user_values
-from convostore.embedding import text_tokens
 from convostore.model import Message, User
-from convostore.prepare import PreparedEvent
 
 __all__ = [
     "event_from_row",

@@ -25,11 +25,10 @@ from convostore.backends.postgresql import statements
 from convostore.backends.postgresql.connection import DRIVER, Connection
 from convostore.backends.postgresql.operations import fetch_all, fetch_one
 from convostore.backends.postgresql.rows import event_from_row, tsquery, vector_text
+from convostore.backends.spi import Metric, VectorIndexSpec
 from convostore.backends.sql.aio import drive
 from convostore.backends.sql.embeddings import Embeddings
-from convostore.embedding import Metric, VectorIndexSpec
 from convostore.model import Message, Role, SearchHit
-from convostore.prepare import new_stamp
 
 __all__ = [
     "EMBEDDINGS",
@@ -191,7 +190,10 @@ async def _hnsw_index_exists(connection: Connection, schema: str) -> bool:
 
 
 async def set_embeddings(
-    connection: Connection, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+    connection: Connection,
+    model: str,
+    vectors: Sequence[tuple[str, tuple[float, ...]]],
+    stamp: str,
 ) -> None:
     await connection.execute(
         SET_EMBEDDINGS,
@@ -199,7 +201,7 @@ async def set_embeddings(
             "model": model,
             "ids": [message_id for message_id, _ in vectors],
             "vectors": [vector_text(vector) for _, vector in vectors],
-            "stamps": [new_stamp() for _ in vectors],
+            "stamps": [stamp] * len(vectors),
         },
     )
 

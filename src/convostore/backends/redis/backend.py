@@ -21,23 +21,25 @@ from typing import Any, Final, Self
 
 from convostore._json import index_value
 from convostore._vectors import from_blobs, top_k
-from convostore.backends.interface import (
-    Backend,
-    Capabilities,
-    DatabaseStats,
-    SearchScope,
-    SessionPage,
-    TextQuery,
-    VectorQuery,
-)
+from convostore.backends.interface import Backend, Capabilities, DatabaseStats, SessionPage
 from convostore.backends.migrations import refuse_newer
 from convostore.backends.redis import codec
 from convostore.backends.redis.functions import function
 from convostore.backends.redis.nodes import Nodes
 from convostore.backends.redis.url import RedisTarget, parse_redis_url
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SearchScope,
+    SessionChanges,
+    TextQuery,
+    VectorIndexSpec,
+    VectorQuery,
+)
 from convostore.backends.sql.values import vector_blob
 from convostore.backends.urls import target_of
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -65,7 +67,6 @@ from convostore.model import (
     SessionSummary,
     User,
 )
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges, new_stamp
 
 __all__ = ["RedisBackend"]
 
@@ -708,7 +709,7 @@ class RedisBackend(Backend):
         return sum(int(reply) for reply in replies)
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
         if not vectors:
             return
@@ -717,7 +718,7 @@ class RedisBackend(Backend):
         by_bucket: dict[int | None, list[Any]] = {}
         for message_id, vector in vectors:
             bucket = self._message_buckets.get(message_id)
-            by_bucket.setdefault(bucket, []).extend((message_id, vector_blob(vector), new_stamp()))
+            by_bucket.setdefault(bucket, []).extend((message_id, vector_blob(vector), stamp))
         unknown = by_bucket.pop(None, None)
         calls = [
             (fence, ("FCALL", function("set_embeddings"), 1, fence, model, *arguments))

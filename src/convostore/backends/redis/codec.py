@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from convostore import _json
+from convostore._text import text_tokens
 from convostore._time import from_micros, to_micros
+from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.rows import RowReader, user_values
 from convostore.backends.sql.values import MICROS_READER, event_values, vector_blob
-from convostore.embedding import text_tokens
 from convostore.model import Event, Message, Role, Session, User
-from convostore.prepare import NewSession, PreparedEvent
 
 __all__ = [
     "ROLE_LETTERS",

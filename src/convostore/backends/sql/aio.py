@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Generic, TypeVar
 
+from convostore.backends.spi import PendingEmbedding, VectorIndexSpec
 from convostore.backends.sql import writes
 from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.backends.sql.writes import KeyStatements
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import StoreError
 from convostore.model import Role
 
@@ -143,11 +143,14 @@ async def drive(driver: Driver[C], connection: C, steps: Steps[T]) -> T:
             answer = None
         else:
             try:
-                answer = await driver.execute(connection, statement, parameters)
+                changed = await driver.execute(connection, statement, parameters)
             except Exception as error:
                 if query.answer != "insert" or not driver.duplicate(error):
                     raise
                 answer = False
+            else:
+                # As `convostore.backends.sql.steps.drive` answers: an insert, True.
+                answer = changed if query.answer == "count" else True
 
 
 async def in_transaction(

@@ -1,6 +1,6 @@
 """The append written once as `Steps`, for a dialect whose UPDATE has no RETURNING
 (MySQL): the session's row is locked first, the checks run under it in the order
-`Store._append` gives, the events are inserted at the positions after its ``last_seq``,
+`Backend.append` gives, the events are inserted at the positions after its ``last_seq``,
 a stored event id is answered as a retried append or a conflict
 (`decisions.replay_or_conflict`), and the session is moved on. (SQLite moves the
 session on first, by UPDATE ... RETURNING with the version check in its WHERE clause:
@@ -11,18 +11,18 @@ an append; PostgreSQL's is one statement.)
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from convostore._time import to_micros
+from convostore.backends.spi import AppendOutcome, PreparedAppend, PreparedEvent
 from convostore.backends.sql import decisions
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.statements import EVENT_FIELDS, columns
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.backends.sql.writes import SessionWrites, insert_users, require_users
 from convostore.errors import StoreError
-from convostore.prepare import AppendOutcome, PreparedAppend, PreparedEvent
 
 __all__ = ["AppendStatements", "append", "append_statements"]
 
@@ -51,10 +51,12 @@ def append_statements(
     dialect: Dialect,
     insert_fields: tuple[str, ...],
     event_row: Callable[[PreparedEvent, int], tuple[Any, ...]],
+    insert_values: Mapping[str, str] | None = None,
 ) -> AppendStatements:
     """The statements of an append in ``dialect``, whose events are inserted as
     ``insert_fields`` (`EVENT_FIELDS` and the backend's own), each row made by
-    ``event_row``. The session's activity moves on by GREATEST (MySQL, MariaDB,
+    ``event_row`` (``insert_values``: a field's value expression, see
+    `Dialect.insert`). The session's activity moves on by GREATEST (MySQL, MariaDB,
     PostgreSQL)."""
     m = dialect.marker
     advance = (
@@ -68,7 +70,7 @@ def append_statements(
         advance=advance,
         # n events at once: a bounded set of statements, each rendered once.
         insert_events=functools.lru_cache(64)(
-            functools.partial(dialect.insert, "events", insert_fields)
+            lambda rows: dialect.insert("events", insert_fields, rows, insert_values)
         ),
         event_row=event_row,
         events_with_ids=(

@@ -4,7 +4,7 @@ against it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -103,10 +103,18 @@ class Dialect:
         """Shorthand for ``param``."""
         return self.param(name, sql_type)
 
-    def insert(self, table: str, fields: tuple[str, ...], rows: int = 1) -> str:
+    def insert(
+        self,
+        table: str,
+        fields: tuple[str, ...],
+        rows: int = 1,
+        values: Mapping[str, str] | None = None,
+    ) -> str:
         """The INSERT of ``rows`` rows of ``fields`` into ``table``, each row's values
-        positional parameters in the order of ``fields``."""
-        row = "(" + ", ".join([self.marker] * len(fields)) + ")"
+        positional parameters in the order of ``fields``; ``values`` gives a field's
+        value expression in place of the bare marker (it holds one marker)."""
+        given = values or {}
+        row = "(" + ", ".join(given.get(field, self.marker) for field in fields) + ")"
         return f"INSERT INTO {table} ({', '.join(fields)}) VALUES " + ", ".join([row] * rows)
 
     def integers_table(self, marker: str, alias: str) -> str:

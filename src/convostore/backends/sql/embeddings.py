@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from convostore.backends.spi import PendingEmbedding, VectorIndexSpec
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.steps import Query, Steps
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.model import Role
-from convostore.prepare import new_stamp
 
 __all__ = ["SELECT_VECTOR_INDEX", "Embeddings"]
 
@@ -84,10 +83,10 @@ class Embeddings:
         return int(row[0])
 
     def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> Steps[None]:
         rows = [
-            {"embedding": self.vector(vector), "model": model, "stamp": new_stamp(), "id": id_}
+            {"embedding": self.vector(vector), "model": model, "stamp": stamp, "id": id_}
             for id_, vector in vectors
         ]
         if rows:

@@ -17,6 +17,13 @@ from typing import Any, Protocol, TypeVar
 
 from convostore._time import to_micros
 from convostore.backends.interface import TextQuery, VectorQuery
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PreparedAppend,
+    SessionChanges,
+    VectorIndexSpec,
+)
 from convostore.backends.sql import appends, writes
 from convostore.backends.sql import search as search_steps
 from convostore.backends.sql.aio import AsyncSQLBackend, drive
@@ -26,10 +33,8 @@ from convostore.backends.sql.reads import LogReads
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.search import SearchStatements
 from convostore.backends.sql.writes import SessionWrites
-from convostore.embedding import VectorIndexSpec
 from convostore.filters import EventFilter
 from convostore.model import Event, SearchHit, Session, User
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
 __all__ = ["GenericSQLBackend", "VectorKeeping"]
 
@@ -183,10 +188,10 @@ class GenericSQLBackend(AsyncSQLBackend[C]):
         return True
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
         ids = [message_id for message_id, _ in vectors]
-        write = (self._steps, self.embeddings.set_embeddings, model, vectors)
+        write = (self._steps, self.embeddings.set_embeddings, model, vectors, stamp)
         await self._write(self.vectors.set_embeddings, ids, *write)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:

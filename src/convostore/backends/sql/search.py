@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from convostore._vectors import best, from_blobs, scores
+from convostore.backends.spi import Metric
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.statements import EVENT_FIELDS, columns
 from convostore.backends.sql.steps import Query, Steps
 from convostore.backends.sql.values import json_list
 from convostore.backends.sql.vector_cache import Rowids
-from convostore.embedding import Metric
 from convostore.model import Message, Role, SearchHit
 
 __all__ = [

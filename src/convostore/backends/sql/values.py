@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from convostore._time import from_micros, to_micros
+from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.rows import RowReader
 from convostore.model import Message
-from convostore.prepare import NewSession, PreparedEvent
 
 __all__ = [
     "MICROS_READER",

@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from convostore._vectors import Matrix, Scores, from_blobs, row_norms
-from convostore.embedding import Metric
+from convostore.backends.spi import Metric
 from convostore.model import Role
 
 __all__ = [

@@ -10,12 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from convostore.backends.decisions import owned_by_parent
+from convostore.backends.spi import NewSession, SessionChanges
 from convostore.backends.sql import decisions
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.statements import SESSION_COLUMNS, Statements
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.model import Session, User
-from convostore.prepare import NewSession, SessionChanges, owned_by_parent
 
 __all__ = [
     "KeyStatements",

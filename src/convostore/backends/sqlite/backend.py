@@ -10,6 +10,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Self, TypeVar, TypeVarTuple
 
 from convostore.backends.interface import Capabilities, DatabaseStats, TextQuery, VectorQuery
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SessionChanges,
+    VectorIndexSpec,
+)
 from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import (
@@ -49,7 +57,6 @@ from convostore.backends.sqlite.search import (
 from convostore.backends.sqlite.text_index import TextIndexer, write_catch_up
 from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
 from convostore.backends.sqlite.worker import ConnectionWorker, translate_error
-from convostore.embedding import PendingEmbedding, VectorIndexSpec
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.model import (
@@ -60,7 +67,6 @@ from convostore.model import (
     Session,
     User,
 )
-from convostore.prepare import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 
 __all__ = ["READER_THREADS", "SEARCH_THREADS", "SQLiteBackend"]
 
@@ -290,9 +296,9 @@ class SQLiteBackend(SQLBackend):
         return await self._readers.run(read_count_pending, model, roles)
 
     async def set_embeddings(
-        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
     ) -> None:
-        await self._write(write_embeddings, model, vectors)
+        await self._write(write_embeddings, model, vectors, stamp)
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
         scope = query.scope

@@ -8,8 +8,9 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeVar, TypeVarTuple, cast
 
+from convostore._text import text_tokens
+from convostore.backends.sql.steps import RollbackAndReturn
 from convostore.backends.sqlite.url import SQLiteTarget
-from convostore.embedding import text_tokens
 
 __all__ = [
     "BLANK_FUNCTION",
@@ -130,14 +131,6 @@ def open_connection(
     return connection
 
 
-class RollbackAndReturn(Exception):
-    """Raised inside a write to undo all of it and still answer ``result``."""
-
-    def __init__(self, result: object) -> None:
-        super().__init__()
-        self.result = result
-
-
 def in_write_transaction(
     connection: sqlite3.Connection, fn: Callable[[sqlite3.Connection, *Ts], T], args: tuple[*Ts]
 ) -> T:
@@ -155,7 +148,7 @@ def _commit_begun(
         connection.execute(COMMIT)
     except RollbackAndReturn as rollback:
         connection.execute(ROLLBACK)
-        return cast(T, rollback.result)
+        return cast(T, rollback.value)
     except BaseException:
         _rollback_quietly(connection)
         raise
@@ -311,7 +304,7 @@ def _in_savepoint(
         result = fn(connection, *args)
     except RollbackAndReturn as rollback:
         _undo_savepoint(connection)
-        return (True, rollback.result)
+        return (True, rollback.value)
     except Exception as error:
         _undo_savepoint(connection)
         return (False, error)

@@ -13,16 +13,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from convostore._time import to_micros
+from convostore.backends.spi import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 from convostore.backends.sql import writes
 from convostore.backends.sql.decisions import (
     missing_session,
     replay_or_conflict,
     unconfirmed_users,
 )
-from convostore.backends.sql.steps import drive
+from convostore.backends.sql.steps import RollbackAndReturn, drive
 from convostore.backends.sql.values import json_list
 from convostore.backends.sqlite import statements as sql
-from convostore.backends.sqlite.connection import RollbackAndReturn
 from convostore.backends.sqlite.event_cache import EventCache, read_through
 from convostore.backends.sqlite.rows import (
     event_from_row,
@@ -31,12 +31,6 @@ from convostore.backends.sqlite.rows import (
 )
 from convostore.filters import EventFilter
 from convostore.model import Event, Session, User
-from convostore.prepare import (
-    AppendOutcome,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-)
 
 __all__ = [
     "read_all",
@@ -104,7 +98,7 @@ def write_returning(connection: Connection, statement: str, parameters: Any) -> 
 
 
 def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcome:
-    """The checks in the order `Store._append` gives, in as few statements as the
+    """The checks in the order `Backend.append` gives, in as few statements as the
     common case allows: move the session on, then insert the events. Whatever a later
     check refuses is undone with the transaction."""
     events = append.events

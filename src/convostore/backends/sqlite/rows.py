@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from convostore.backends.spi import PreparedEvent
 from convostore.backends.sql import values
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.values import (
@@ -14,7 +15,6 @@ from convostore.backends.sql.values import (
     vector_blob,
     vector_from_blob,
 )
-from convostore.prepare import PreparedEvent, new_stamp
 
 __all__ = [
     "event_from_row",
@@ -30,11 +30,11 @@ __all__ = [
 
 
 def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
-    """`values.event_values`, with a stamp of its own for an event that is not a message
-    (which has one already): `event_cache` tells rows apart by their stamps."""
+    """`values.event_values`, with the row's stamp for an event that is not a message
+    too (`PreparedEvent.stamp`): `event_cache` tells rows apart by their stamps."""
     row = values.event_values(prepared, seq)
     if row[-1] is None:
-        return (*row[:-1], new_stamp())
+        return (*row[:-1], prepared.stamp)
     return row
 
 

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final
 
+from convostore.backends.spi import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.search import SearchStatements, text_search, vector_search
 from convostore.backends.sql.steps import drive
@@ -25,7 +26,6 @@ from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import BLANK_FUNCTION
 from convostore.backends.sqlite.rows import vector_blob
 from convostore.backends.sqlite.vector_cache import feed
-from convostore.embedding import Metric, PendingEmbedding, VectorIndexSpec
 from convostore.model import Role, SearchHit
 
 __all__ = [
@@ -75,9 +75,12 @@ def read_count_pending(connection: Connection, model: str, roles: Sequence[Role]
 
 
 def write_embeddings(
-    connection: Connection, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]]
+    connection: Connection,
+    model: str,
+    vectors: Sequence[tuple[str, tuple[float, ...]]],
+    stamp: str,
 ) -> None:
-    drive(connection, EMBEDDINGS.set_embeddings(model, vectors))
+    drive(connection, EMBEDDINGS.set_embeddings(model, vectors, stamp))
 
 
 def read_vector_search(

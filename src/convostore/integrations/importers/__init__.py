@@ -7,6 +7,8 @@
   (`import_adk_db`, extra ``adk``);
 - ``langchain-sql``: LangChain's `SQLChatMessageHistory` tables in SQLite
   (`import_langchain_sql`, extra ``langchain``);
+- ``strands-files``: Strands Agents' `FileSessionManager` directories
+  (`import_strands_files`, extra ``strands``);
 - ``llamaindex-sql``: LlamaIndex's `SQLAlchemyChatStore` tables in SQLite (what
   `Memory` keeps its queue in; `import_llamaindex_sql`, extra ``llama-index``).
 
@@ -40,9 +42,10 @@ __all__ = [
     "import_llamaindex_sql",
     "import_openai_sqlite",
     "import_source",
+    "import_strands_files",
 ]
 
-FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "llamaindex-sql")
+FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "strands-files", "llamaindex-sql")
 
 
 async def import_openai_sqlite(
@@ -72,6 +75,15 @@ async def import_langchain_sql(
     return await run(source, store, progress=progress, **options)
 
 
+async def import_strands_files(
+    source: str | Path, store: Store, *, progress: Progress | None = None
+) -> ImportReport:
+    """See `convostore.integrations.importers.strands_files.import_strands_files`."""
+    from convostore.integrations.importers.strands_files import import_strands_files as run
+
+    return await run(source, store, progress=progress)
+
+
 async def import_llamaindex_sql(
     source: str | Path, store: Store, *, progress: Progress | None = None, **options: Any
 ) -> ImportReport:
@@ -85,6 +97,7 @@ _IMPORTERS: dict[str, Callable[..., Awaitable[ImportReport]]] = {
     "openai-sqlite": import_openai_sqlite,
     "adk-db": import_adk_db,
     "langchain-sql": import_langchain_sql,
+    "strands-files": import_strands_files,
     "llamaindex-sql": import_llamaindex_sql,
 }
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from convostore.errors import InvalidArgumentError, StoreError
-from convostore.integrations._common import AnyWrite
+from convostore.integrations._common import ATTEMPTS, AnyWrite, gave_up
 from convostore.model import User
 from convostore.store import Store
 
@@ -185,7 +185,7 @@ async def _write_session(store: Store, session: SourceSession) -> tuple[bool, in
         metadata=session.metadata,
     )
     try:
-        while True:
+        for _ in range(ATTEMPTS):
             version = await store.version(session.session_id)
             existing = set() if created else {e.id for e in await store.read(session.session_id)}
             new = [write for write in session.writes if write.id not in existing]
@@ -193,6 +193,7 @@ async def _write_session(store: Store, session: SourceSession) -> tuple[bool, in
                 return created, 0
             if await store.append_events(session.session_id, new, expected_version=version):
                 return created, len(new)
+        raise gave_up("importing", session.session_id)
     except BaseException:
         if created:
             await store.delete_session(session.session_id)

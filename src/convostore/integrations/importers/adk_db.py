@@ -8,12 +8,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from convostore.integrations._common import AnyWrite
 from convostore.integrations.adk import (
     KEY,
     ConvostoreSessionService,
     adk_event_to_write,
     app_holder_id,
     session_kind,
+    session_state_write,
+    store_session_id,
     user_holder_id,
 )
 from convostore.integrations.importers._engine import (
@@ -50,9 +53,11 @@ async def import_adk_db(
     source: str | Path, store: Store, *, progress: Progress | None = None
 ) -> ImportReport:
     """Copy every session of an ADK database (its current JSON schema) into ``store``:
-    same session ids, users and apps, events in ADK's order with their times, each as
-    the adapter writes it (so `ConvostoreSessionService` reads them back equal), and
-    the app and user state. A rerun writes nothing new."""
+    same users and apps, the session ids `ConvostoreSessionService` gives them
+    (`store_session_id`), events in ADK's order with their times, each as the adapter
+    writes it (so the service reads them back equal), the session's state and update
+    time, and the app and user state. A rerun writes nothing new; the report lists
+    convostore's session ids."""
     report = ImportReport(FORMAT, str(source))
     service = ConvostoreSessionService(store)
     with open_readonly(source, _WHAT) as connection:
@@ -66,11 +71,12 @@ async def import_adk_db(
             },
         )
         rows = connection.execute(_SESSIONS_SQL).fetchall()
-        by_id = {row[2]: row for row in rows}
+        by_id = {store_session_id(row[0], row[1], row[2]): row for row in rows}
 
-        async def read(session_id: str) -> AsyncIterator[SourceSession]:
-            app_name, user_id, _, state = by_id[session_id]
-            writes = []
+        async def read(stored_id: str) -> AsyncIterator[SourceSession]:
+            app_name, user_id, session_id, state = by_id[stored_id]
+            writes: list[AnyWrite] = []
+            events: list[AdkEvent] = []
             for event_id, invocation_id, timestamp, data in connection.execute(
                 _EVENTS_SQL, (app_name, user_id, session_id)
             ):
@@ -84,21 +90,33 @@ async def import_adk_db(
                 event = AdkEvent.model_validate(
                     {**stored, "id": event_id, "invocation_id": invocation_id, "timestamp": moment}
                 )
-                writes.append(adk_event_to_write(session_id, event))
-            metadata = {KEY: {"app_name": app_name, "user_id": user_id, "state": _json(state)}}
+                events.append(event)
+                writes.append(adk_event_to_write(stored_id, event))
+            form = {"app_name": app_name, "user_id": user_id, "session_id": session_id}
+            metadata = {KEY: {**form, "state": _json(state)}}
+            if events:
+                # ADK's update time is its newest event's timestamp.
+                last = events[-1]
+                writes.append(session_state_write(writes[-1].id, _json(state), last.timestamp))
             yield SourceSession(
-                session_id, User(user_id, user_id), session_kind(app_name), metadata, writes
+                stored_id, User(user_id, user_id), session_kind(app_name), metadata, writes
             )
             await service.add_user(app_name, user_id)
 
         await import_sessions(store, report, list(by_id), read, progress)
         for app_name, state in _states(connection, "SELECT app_name, state FROM app_states"):
-            await service.merge_holder_state(app_holder_id(app_name), _json(state))
+            await service.add_holder_delta(app_holder_id(app_name), _json(state), _origin(state))
         for app_name, user_id, state in _states(
             connection, "SELECT app_name, user_id, state FROM user_states"
         ):
-            await service.merge_holder_state(user_holder_id(app_name, user_id), _json(state))
+            holder = user_holder_id(app_name, user_id)
+            await service.add_holder_delta(holder, _json(state), _origin(state))
     return report
+
+
+def _origin(state: Any) -> str:
+    # The same state imported again is the same write, so a rerun adds nothing.
+    return "import\0" + json.dumps(_json(state), sort_keys=True)
 
 
 def _json(value: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ __all__ = ["ProgressBar", "add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The import command's arguments, for whichever parser holds the command."""
     parser.add_argument("format", choices=FORMATS, help="the peer store's format")
-    parser.add_argument("source", help="the peer's SQLite file")
+    parser.add_argument("source", help="the peer's SQLite file (or directory, for strands-files)")
     parser.add_argument(
         "--to", default=DEFAULT_URL, help=f"the store to import into (default: {DEFAULT_URL})"
     )

@@ -26,6 +26,7 @@ from convostore import (
     SessionExistsError,
     SessionNotFoundError,
     Store,
+    StoreClosedError,
     StoredConversation,
     StoreError,
     User,
@@ -222,14 +223,14 @@ async def test_the_in_memory_factory_opens_its_store_at_first_use() -> None:
     assert await factory.store.get_session(chat.session_id) == chat.session
     await factory.close()
     assert chat.closed
-    with pytest.raises((RuntimeError, StoreError), match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await factory.create(owner=ALICE)
 
 
 async def test_an_in_memory_factory_closed_unused_opens_nothing() -> None:
     factory = InMemoryConversationFactory()
     await factory.close()
-    with pytest.raises((RuntimeError, StoreError), match="closed"):
+    with pytest.raises(StoreClosedError, match="closed"):
         await factory.load("s-1")
     with pytest.raises(StoreError, match="first use"):
         _ = factory.store

@@ -82,8 +82,13 @@ async def test_search_narrows_by_session_and_role(searchable: Store) -> None:
 
 
 async def test_system_messages_carry_no_vector_and_are_not_vector_hits(searchable: Store) -> None:
-    await _seed(searchable)
+    session_id = await _seed(searchable)
+    stored = await searchable.messages(session_id)
+    system = [m for m in stored if m.role is Role.SYSTEM]
+    assert system
+    assert all(m.embedding is None for m in system)
     hits = await searchable.search("helpful assistant about routers", k=50)
+    assert len(hits) == len(stored) - len(system)
     assert all(h.message.role is not Role.SYSTEM for h in hits)
 
 
