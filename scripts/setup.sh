@@ -15,7 +15,7 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,metrics,tracing,falkordb,redis,test-servers,openai-agents,adk,langchain,langgraph,strands,llama-index,agent-framework,pydantic-ai,framework-peers,bench]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,metrics,tracing,falkordb,neo4j,redis,test-servers,openai-agents,adk,langchain,langgraph,strands,llama-index,agent-framework,pydantic-ai,framework-peers,bench]'
 # The frameworks' own test suites the adapters are run against (never committed).
 scripts/fetch_framework_tests.sh
 # The web inspector's test drives Debian's Chromium with its driver (never a downloaded
@@ -44,3 +44,12 @@ fi
 # MariaDB 11.8 (native vector index) beside it, unpacked from Debian trixie into .venv
 # for the mariadb11 tests (see the script).
 scripts/fetch_mariadb.sh
+# Neo4j Community for the Neo4j backend's tests: its jars from Maven Central, resolved
+# once into Maven's local repository (~/.m2), and the small launcher compiled against
+# them (see tests/servers/neo4j.py; a rerun finds it built and does nothing).
+if ! command -v mvn >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    maven openjdk-17-jdk-headless >/dev/null
+fi
+.venv/bin/python -c "from tests.servers.neo4j import build_launcher; build_launcher()"

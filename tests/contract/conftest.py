@@ -45,6 +45,7 @@ from convostore.testing.fixtures import (
 )
 from tests.servers import falkordb as falkordb_servers
 from tests.servers import mariadb as mariadb_servers
+from tests.servers import neo4j as neo4j_servers
 from tests.servers import postgresql as postgresql_servers
 from tests.servers import redis as redis_servers
 from tests.servers.shared import ServerUnavailable
@@ -64,6 +65,7 @@ __all__ = [
     "local_time_zone_off_utc",
     "mariadb11_server",
     "mariadb_server",
+    "neo4j_server",
     "postgresql_server",
     "redis_cluster_server",
     "redis_server",
@@ -127,6 +129,10 @@ valkey_cluster_server = _session_server(
     "valkey_cluster", redis_servers.shared_valkey_cluster, redis_servers.stop_shared_valkey_cluster
 )
 
+neo4j_server = _session_server(
+    "neo4j", neo4j_servers.shared_server, neo4j_servers.stop_shared_server
+)
+
 _schema_numbers = itertools.count(1)
 
 
@@ -171,6 +177,13 @@ def _fresh_redis_namespace(server: redis_servers.TestServer) -> str:
     return f"{url}{separator}namespace=contract_{os.getpid()}_{next(_namespace_numbers)}"
 
 
+def _fresh_neo4j_database(server: neo4j_servers.TestServer) -> str:
+    # Neo4j Community serves one database: emptied for each test.
+    url = server.url()
+    neo4j_servers.wipe(url)
+    return url
+
+
 # name -> how to get a fresh database for one test. One line per backend.
 BACKENDS: dict[str, BackendUrl | OnServer] = {
     "memory": _memory_url,
@@ -182,6 +195,7 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "redis": OnServer("redis_server", _fresh_redis_namespace),
     "redis_cluster": OnServer("redis_cluster_server", _fresh_redis_namespace),
     "valkey_cluster": OnServer("valkey_cluster_server", _fresh_redis_namespace),
+    "neo4j": OnServer("neo4j_server", _fresh_neo4j_database),
 }
 
 # Known failures, one entry each: Divergence(backend, "test_module.py::test_name",

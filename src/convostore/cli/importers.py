@@ -81,4 +81,7 @@ IMPORT_FORMATS: dict[str, ImportFormat] = {
     "strands-files": ImportFormat(
         "a Strands Agents FileSessionManager directory", _import_framework
     ),
+    "embabel-graph": ImportFormat(
+        "an Embabel chat store's graph, by its neo4j:// or falkordb:// URL", _import_framework
+    ),
 }

@@ -40,8 +40,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 import convostore
-import convostore.compaction
 import convostore.prepare
+import convostore.store.compacting
 import convostore.store.sessions
 from convostore import (
     Appended,
@@ -161,7 +161,7 @@ _PATCHED = (
     (convostore.prepare, "utc_now"),
     (convostore.store.sessions, "utc_now"),
     (convostore.prepare, "new_id"),
-    (convostore.compaction, "new_id"),
+    (convostore.store.compacting, "new_id"),
 )
 
 

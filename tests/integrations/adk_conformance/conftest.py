@@ -12,8 +12,8 @@ service on this test's convostore store; a known failure is a strict-xfail entry
 
 The files come from ``$CONVOSTORE_ADK_PYTHON`` (a checkout or git directory of
 adk-python at that commit), else ``.cache/framework-tests/adk-python``, else a
-repository snapshot of adk-python brought to ``/work/.mirror``. Without any, the runner's one test skips and
-says so. Run: ``pytest tests/integrations/adk_conformance -k sqlite``.
+repository snapshot of adk-python brought to ``/work/.mirror``. Without any, the
+runner's one test skips and says so. Run: ``pytest tests/integrations/adk_conformance -k sqlite``.
 """
 
 from __future__ import annotations

@@ -4,28 +4,11 @@ The queries of `convostore.backends.cypher.queries` are written once in the Cyph
 FalkorDB, Neo4j 5 and Memgraph share (MATCH, OPTIONAL MATCH, MERGE, FOREACH, UNWIND,
 list comprehensions, parameters). What they do not share is here: index DDL, the
 full-text and vector procedures, how a vector value is written, and how a transaction
-is expressed. Only FalkorDB's dialect ships; the notes below are what the others would
-need, for whoever adds them once a server to test on is at hand.
-
-Neo4j 5.13+ (Bolt, the ``neo4j`` driver's async API):
-- Range indexes: ``CREATE RANGE INDEX <name> IF NOT EXISTS FOR (n:Label) ON (n.prop)``;
-  indexes have names, and composite indexes exist (``ON (n.session_id, n.seq)``), which
-  would back a window by seq without an intersection.
-- Full text: ``CREATE FULLTEXT INDEX <name> IF NOT EXISTS FOR (n:Message) ON EACH
-  [n.search_text] OPTIONS {indexConfig: {`fulltext.analyzer`: 'whitespace'}}`` (no
-  stemming or stop words: the tokens are convostore's own); queried with
-  ``CALL db.index.fulltext.queryNodes(<name>, $query) YIELD node, score``.
-- Vectors: ``CREATE VECTOR INDEX <name> IF NOT EXISTS FOR (m:Message) ON m.embedding
-  OPTIONS {indexConfig: {`vector.dimensions`: d, `vector.similarity_function`:
-  'cosine'}}``; queried with ``CALL db.index.vector.queryNodes(<name>, $k, $vector)
-  YIELD node, score``, whose score is already a similarity in [0, 1] (cosine:
-  (1 + cos) / 2; euclidean: 1 / (1 + d²)), so the conversion differs. A vector is a
-  plain list of floats (``db.create.setNodeVectorProperty`` stores it compactly).
-- Transactions: one query is not the unit; a write runs in ``session.execute_write``,
-  whose function may run several queries and is retried on transient errors. Writes are
-  not serialised per graph: the version check needs the session node locked first
-  (``SET s._lock = true`` as the first clause) so concurrent appends queue on it.
-- Maps cannot be property values there either (JSON stays text); integers are 64-bit.
+is expressed. FalkorDB's dialect is here, Neo4j's in `convostore.backends.neo4j.dialect`
+(its constraints, named range, full-text and vector indexes, a lock before a write
+checks what it read, explicit transactions); the notes below are what Memgraph would
+need, for whoever adds it once a server to test on is at hand (none runs here, so its
+scheme stays reserved).
 
 Memgraph (Bolt, the same ``neo4j`` driver):
 - Range indexes: ``CREATE INDEX ON :Label(prop)``; label-property indexes only.
@@ -62,8 +45,13 @@ class CypherDialect:
     - ``transactions``: ``"one-query"`` when each query is its own atomic transaction
       and writes to a graph run one at a time (FalkorDB), so every write operation is
       written as one query; ``"explicit"`` when the driver opens transactions.
-    - ``vector_similarity``: the functions that score two vectors in a query, by metric
-      (for a scan where no vector index serves), each giving a distance.
+    - ``distance_templates``: the functions that score two vectors in a query, by metric
+      (for a scan where no vector index serves, and for the nodes a vector index gives),
+      each giving a distance.
+    - ``lock_template``: the clause that takes a write lock on a node (``{alias}``) before
+      a write checks what it read of it; empty where writes never interleave.
+    - ``fulltext_separator``: what joins the quoted terms of a full-text query so that a
+      node must hold every one.
     """
 
     name: str
@@ -77,6 +65,8 @@ class CypherDialect:
     vector_value_template: str
     distance_templates: dict[Metric, str]
     metric_names: dict[Metric, str]
+    lock_template: str = ""
+    fulltext_separator: str = " "
 
     def range_index(self, label: str, prop: str) -> str:
         """DDL of a range (exact match and range) index on one property."""
@@ -93,7 +83,7 @@ class CypherDialect:
 
     def fulltext_terms(self, terms: tuple[str, ...]) -> str:
         """The query text that asks for nodes holding every term, each exactly."""
-        return " ".join(f'"{term}"' for term in terms)
+        return self.fulltext_separator.join(f'"{term}"' for term in terms)
 
     def vector_index(self, label: str, prop: str, dimensions: int, metric: Metric) -> str:
         if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1:
@@ -105,14 +95,25 @@ class CypherDialect:
     def drop_vector_index(self, label: str, prop: str) -> str:
         return self.drop_vector_index_template.format(label=label, prop=prop)
 
-    def vector_query(self, label: str, prop: str, k_parameter: str, vector_parameter: str) -> str:
-        """A clause yielding ``node`` and ``score`` (a distance) for the nearest nodes."""
+    def vector_query(
+        self, label: str, prop: str, k_parameter: str, vector_parameter: str, metric: Metric
+    ) -> str:
+        """A clause yielding ``node`` and ``score`` (a distance) for the nearest nodes.
+        A template whose procedure gives a similarity of its own scores the nodes with
+        ``{distance}``, the metric's distance from each node's vector to the query's."""
+        vector = self.vector_value("$" + vector_parameter)
         return self.vector_query_template.format(
             label=label,
             prop=prop,
             k=k_parameter,
-            vector=self.vector_value("$" + vector_parameter),
+            vector=vector,
+            distance=self.distance(metric, f"node.{prop}", vector),
         )
+
+    def lock(self, alias: str) -> str:
+        """A clause (empty, or with a leading space) that write-locks the node ``alias``
+        until the transaction ends; a null ``alias`` locks nothing."""
+        return self.lock_template.format(alias=alias)
 
     def vector_value(self, expression: str) -> str:
         """An expression turning a list of floats into a stored vector."""

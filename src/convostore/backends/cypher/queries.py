@@ -163,6 +163,18 @@ class CypherQueries:
             " m.embedding_width = size(item.vector), m.stamp = item.stamp"
         )
         self.append: Final = _append(dialect)
+        self.update_session: Final = _update_session(dialect)
+        keyset_lock = dialect.lock("keyset")
+        self.insert_session: Final = "WITH null AS found" + _insert_session(keyset_lock)
+        self.delete_expired: Final = _delete_expired(dialect.lock("s"))
+        # Where writes interleave, a part's parent is locked first: callers looking for
+        # the same part queue there, and every one settles on the earliest.
+        self.find_or_insert_part: Final = (
+            f"OPTIONAL MATCH (held:Session {{id: $part_of}}){dialect.lock('held')}"
+            f" WITH count(held) AS locked {_FIND_PART}{_insert_session(keyset_lock)}"
+            if dialect.lock_template
+            else FIND_OR_INSERT_PART
+        )
 
     # ---------------------------------------------------------------- schema
 
@@ -195,7 +207,7 @@ class CypherQueries:
         width (and model) in scope is scored. Parameters: vector, width, model,
         owner_id, session_id, roles, k, fetch."""
         if indexed:
-            query = self.dialect.vector_query(*VECTOR, "fetch", "vector")
+            query = self.dialect.vector_query(*VECTOR, "fetch", "vector", metric)
             return (
                 f"{query} WITH collect([node, score]) AS found"
                 f" WITH found, [f IN found WHERE {_wanted('f[0]', by_model, scope)}][..$k] AS kept"
@@ -260,6 +272,8 @@ SESSION_VERSION: Final = "MATCH (s:Session {id: $id}) RETURN s.version"
 # graph indexes when it runs, or is indexing (see ADD_INDEXING_KEYS): writes never
 # interleave, so no key add or drop falls between the look and the write.
 _KEYSET = f" OPTIONAL MATCH (keyset:{SCHEMA_LABEL} {{key: $schema_key}})"
+# Where writes interleave, a session write locks the keyset before it reads it, so a
+# key add or drop (which writes the keyset) comes wholly before or after it.
 _KEPT_ENTRIES = (
     "[e IN $entries WHERE e.name IN"
     " (coalesce(keyset.indexed_keys, []) + coalesce(keyset.indexing_keys, [])) | e.entry]"
@@ -273,7 +287,7 @@ _FIND_PART = (
     " AND found.held_with = $held_with WITH found ORDER BY found.id LIMIT 1"
 )
 _INSERT_SESSION = (
-    _KEYSET + " WITH found, " + _KEPT_ENTRIES + " AS entries"
+    _KEYSET + "{keyset_lock} WITH found, " + _KEPT_ENTRIES + " AS entries"
     " OPTIONAL MATCH (existing:Session {id: $id})"
     " OPTIONAL MATCH (parent:Session {id: $part_of})"
     + _MISSING_USERS.format(carried="found, entries, existing, parent")
@@ -299,14 +313,33 @@ _INSERT_SESSION = (
     " RETURN ok, existing IS NOT NULL, missing, parent IS NOT NULL, parent.part_of,"
     " parent.owner_id, owner_id, " + columns(SESSION_FIELDS, "found")
 )
-INSERT_SESSION: Final = "WITH null AS found" + _INSERT_SESSION
-FIND_OR_INSERT_PART: Final = _FIND_PART + _INSERT_SESSION
-UPDATE_SESSION: Final = (
-    "MATCH (s:Session {id: $id}) WHERE s.stamp = $expected_stamp"
-    + _KEYSET
-    + " SET s.title = $title, s.metadata = $metadata, s.expires_at = $expires_at,"
-    " s.stamp = $new_stamp, s.metadata_entries = " + _KEPT_ENTRIES + f" RETURN {SESSION_COLUMNS}"
-)
+
+
+def _insert_session(keyset_lock: str) -> str:
+    return _INSERT_SESSION.replace("{keyset_lock}", keyset_lock)
+
+
+INSERT_SESSION: Final = "WITH null AS found" + _insert_session("")
+FIND_OR_INSERT_PART: Final = _FIND_PART + _insert_session("")
+
+
+def _update_session(dialect: CypherDialect) -> str:
+    """A session's title, metadata and expiry, if its stamp is the one read; the
+    dialect's lock on ``s`` comes before the stamp is compared, and on the keyset
+    before its keys are read."""
+    return (
+        "MATCH (s:Session {id: $id})"
+        + dialect.lock("s")
+        + " WITH s WHERE s.stamp = $expected_stamp"
+        + _KEYSET
+        + dialect.lock("keyset")
+        + " SET s.title = $title, s.metadata = $metadata, s.expires_at = $expires_at,"
+        " s.stamp = $new_stamp, s.metadata_entries = "
+        + _KEPT_ENTRIES
+        + f" RETURN {SESSION_COLUMNS}"
+    )
+
+
 SET_TITLE: Final = (
     f"MATCH (s:Session {{id: $id}}) SET s.title = $title, s.stamp = $stamp RETURN {SESSION_COLUMNS}"
 )
@@ -314,17 +347,25 @@ DELETE_SESSION: Final = (
     "MATCH (s:Session {id: $id}) OPTIONAL MATCH (part:Session)-[:PART_OF]->(s)"
     " WITH s, collect(part) AS parts WITH 1 AS deleted, [s] + parts AS doomed" + _DELETE_SESSIONS
 )
-# A part of an expired parent goes with its parent, so only the sessions deleted in
-# their own right are counted.
-DELETE_EXPIRED: Final = (
-    "OPTIONAL MATCH (s:Session) WHERE s.expires_at < $before"
-    " WITH collect(s) AS expired WITH expired, [x IN expired | x.id] AS expired_ids"
-    " WITH [x IN expired WHERE x.part_of IS NULL OR NOT x.part_of IN expired_ids] AS targets"
-    " UNWIND CASE WHEN size(targets) = 0 THEN [null] ELSE targets END AS target"
-    " OPTIONAL MATCH (part:Session)-[:PART_OF]->(target)"
-    " WITH targets, collect(part) AS parts"
-    " WITH size(targets) AS deleted, targets + parts AS doomed" + _DELETE_SESSIONS
-)
+
+
+def _delete_expired(lock: str) -> str:
+    """Deletes the sessions expired before $before. A part of an expired parent goes
+    with its parent, so only the sessions deleted in their own right are counted.
+    Where writes interleave (``lock``: the dialect's lock on ``s``), each expired
+    session is locked and its expiry read again, so one extended meanwhile stays."""
+    recheck = f"{lock} WITH s WHERE s.expires_at < $before" if lock else ""
+    return (
+        "OPTIONAL MATCH (s:Session) WHERE s.expires_at < $before" + recheck + ""
+        " WITH collect(s) AS expired WITH expired, [x IN expired | x.id] AS expired_ids"
+        " WITH [x IN expired WHERE x.part_of IS NULL OR NOT x.part_of IN expired_ids] AS targets"
+        " UNWIND CASE WHEN size(targets) = 0 THEN [null] ELSE targets END AS target"
+        " OPTIONAL MATCH (part:Session)-[:PART_OF]->(target)"
+        " WITH targets, collect(part) AS parts"
+        " WITH size(targets) AS deleted, targets + parts AS doomed" + _DELETE_SESSIONS
+    )
+
+
 SESSIONS_BY_METADATA: Final = (
     f"MATCH (s:Session) WHERE $entry IN s.metadata_entries RETURN {SESSION_COLUMNS} ORDER BY s.id"
 )
@@ -395,8 +436,12 @@ def _append(dialect: CypherDialect) -> str:
     count, stamp, activity_at, message_count, started_by, authors, last_turn_offset,
     users, events (see `convostore.backends.cypher.values.event_parameters`)."""
     embedding = dialect.vector_value("w.embedding")
+    # Where writes interleave, the session is locked before its version is read: two
+    # appends at once queue there, and each sees the other's last_seq.
+    locked = f"{dialect.lock('s')} WITH s" if dialect.lock_template else ""
     return (
         "MATCH (s:Session {id: $session_id})"
+        + locked
         + _MISSING_USERS.format(carried="s")
         + " OPTIONAL MATCH (clash:Event) WHERE clash.id IN $event_ids"
         " WITH s, missing, count(clash) AS clashes"

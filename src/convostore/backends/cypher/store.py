@@ -119,7 +119,7 @@ class CypherBackend(Backend):
 
     async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
         parameters = session_parameters(new, owner_from_parent=False)
-        rows = await self._run(q.INSERT_SESSION, parameters, write=True)
+        rows = await self._run(self.queries.insert_session, parameters, write=True)
         ok, existed, missing, parent_found, parent_part_of, parent_owner, _ = rows[0][:7]
         if ok:
             return new.session
@@ -131,7 +131,7 @@ class CypherBackend(Backend):
         # Writes to a graph run one at a time, so no other part can appear between the
         # look and the insert: every caller settles on the earliest part.
         parameters = session_parameters(new, owner_from_parent=True)
-        rows = await self._run(q.FIND_OR_INSERT_PART, parameters, write=True)
+        rows = await self._run(self.queries.find_or_insert_part, parameters, write=True)
         row = rows[0]
         ok, existed, missing, parent_found, parent_part_of, parent_owner, owner = row[:7]
         if row[7] is not None:
@@ -148,7 +148,7 @@ class CypherBackend(Backend):
         return READER.session(rows[0]) if rows else None
 
     async def update_session(self, changes: SessionChanges) -> Session:
-        rows = await self._run(q.UPDATE_SESSION, update_parameters(changes), write=True)
+        rows = await self._run(self.queries.update_session, update_parameters(changes), write=True)
         if rows:
             return READER.session(rows[0])
         exists = await self._run(q.SESSION_EXISTS, {"id": changes.session_id}, write=False)
@@ -201,7 +201,9 @@ class CypherBackend(Backend):
         ]
 
     async def delete_expired(self, before: datetime) -> int:
-        rows = await self._run(q.DELETE_EXPIRED, {"before": to_micros(before)}, write=True)
+        rows = await self._run(
+            self.queries.delete_expired, {"before": to_micros(before)}, write=True
+        )
         return int(rows[0][0]) if rows else 0
 
     # ---------------------------------------------------------------- the log

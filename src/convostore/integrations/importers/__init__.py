@@ -10,7 +10,9 @@
 - ``strands-files``: Strands Agents' `FileSessionManager` directories
   (`import_strands_files`, extra ``strands``);
 - ``llamaindex-sql``: LlamaIndex's `SQLAlchemyChatStore` tables in SQLite (what
-  `Memory` keeps its queue in; `import_llamaindex_sql`, extra ``llama-index``).
+  `Memory` keeps its queue in; `import_llamaindex_sql`, extra ``llama-index``);
+- ``embabel-graph``: an Embabel chat store's graph on Neo4j or FalkorDB, named by its
+  URL (`import_embabel_graph`, extra ``neo4j`` or ``falkordb``).
 
 Each reads the peer's file read-only and writes its sessions with their original ids,
 order and times (where the peer keeps them), as the matching adapter writes them, one
@@ -38,6 +40,7 @@ __all__ = [
     "ImportSourceError",
     "Progress",
     "import_adk_db",
+    "import_embabel_graph",
     "import_langchain_sql",
     "import_llamaindex_sql",
     "import_openai_sqlite",
@@ -45,7 +48,14 @@ __all__ = [
     "import_strands_files",
 ]
 
-FORMATS = ("openai-sqlite", "adk-db", "langchain-sql", "strands-files", "llamaindex-sql")
+FORMATS = (
+    "openai-sqlite",
+    "adk-db",
+    "langchain-sql",
+    "strands-files",
+    "llamaindex-sql",
+    "embabel-graph",
+)
 
 
 async def import_openai_sqlite(
@@ -93,12 +103,22 @@ async def import_llamaindex_sql(
     return await run(source, store, progress=progress, **options)
 
 
+async def import_embabel_graph(
+    source: str | Path, store: Store, *, progress: Progress | None = None
+) -> ImportReport:
+    """See `convostore.integrations.importers.embabel_graph.import_embabel_graph`."""
+    from convostore.integrations.importers.embabel_graph import import_embabel_graph as run
+
+    return await run(str(source), store, progress=progress)
+
+
 _IMPORTERS: dict[str, Callable[..., Awaitable[ImportReport]]] = {
     "openai-sqlite": import_openai_sqlite,
     "adk-db": import_adk_db,
     "langchain-sql": import_langchain_sql,
     "strands-files": import_strands_files,
     "llamaindex-sql": import_llamaindex_sql,
+    "embabel-graph": import_embabel_graph,
 }
 
 

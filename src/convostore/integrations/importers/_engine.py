@@ -74,13 +74,18 @@ class ImportSourceError(InvalidArgumentError):
 @dataclass(frozen=True, slots=True)
 class SourceSession:
     """One session read from a peer's store, ready to write: its writes carry stable ids
-    (`stable_id`) and the peer's times."""
+    (`stable_id`) and the peer's times; ``narrations`` by message id, where the peer
+    keeps them."""
 
     session_id: str
     owner: User | None
     kind: str
     metadata: Mapping[str, Any]
     writes: Sequence[AnyWrite]
+    title: str | None = None
+    part_of: str | None = None
+    held_with: User | None = None
+    narrations: Mapping[str, str] = field(default_factory=dict)
 
 
 def stable_id(format_name: str, session_id: str, key: str) -> str:
@@ -181,7 +186,10 @@ async def _write_session(store: Store, session: SourceSession) -> tuple[bool, in
     created = await store.create_session_if_absent(
         session.owner,
         session_id=session.session_id,
+        title=session.title,
         kind=session.kind,
+        part_of=session.part_of,
+        held_with=session.held_with,
         metadata=session.metadata,
     )
     try:
@@ -190,11 +198,23 @@ async def _write_session(store: Store, session: SourceSession) -> tuple[bool, in
             existing = set() if created else {e.id for e in await store.read(session.session_id)}
             new = [write for write in session.writes if write.id not in existing]
             if not new:
-                return created, 0
+                break
             if await store.append_events(session.session_id, new, expected_version=version):
-                return created, len(new)
-        raise gave_up("importing", session.session_id)
+                break
+        else:
+            raise gave_up("importing", session.session_id)
+        if session.narrations:
+            await _write_narrations(store, session)
+        return created, len(new)
     except BaseException:
         if created:
             await store.delete_session(session.session_id)
         raise
+
+
+async def _write_narrations(store: Store, session: SourceSession) -> None:
+    """Set each message's narration the source gives, where the store's differs."""
+    stored = {m.id: m.narration for m in await store.messages(session.session_id)}
+    for message_id, text in session.narrations.items():
+        if message_id in stored and stored[message_id] != text:
+            await store.set_narration(session.session_id, message_id, text)
