@@ -16,7 +16,7 @@ fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,metrics,tracing,falkordb,neo4j,test-servers,openai-agents,adk,langchain,langgraph,strands,llama-index,agent-framework,pydantic-ai,framework-peers,bench]'
+.venv/bin/python -m pip install --quiet -e '.[dev,embeddings,postgresql,mysql,server,metrics,tracing,falkordb,neo4j,redis,test-servers,openai-agents,adk,langchain,langgraph,strands,llama-index,agent-framework,pydantic-ai,framework-peers,bench]'
 # The frameworks' own test suites the adapters are run against (never committed).
 scripts/fetch_framework_tests.sh
 # The web inspector's test drives Debian's Chromium with its driver (never a downloaded

@@ -47,6 +47,7 @@ from tests.servers import falkordb as falkordb_servers
 from tests.servers import mariadb as mariadb_servers
 from tests.servers import neo4j as neo4j_servers
 from tests.servers import postgresql as postgresql_servers
+from tests.servers import redis as redis_servers
 from tests.servers.shared import ServerUnavailable
 
 __all__ = [
@@ -66,7 +67,10 @@ __all__ = [
     "mariadb_server",
     "neo4j_server",
     "postgresql_server",
+    "redis_cluster_server",
+    "redis_server",
     "store",
+    "valkey_cluster_server",
 ]
 
 
@@ -115,6 +119,15 @@ mariadb11_server = _session_server(
 falkordb_server = _session_server(
     "falkordb", falkordb_servers.shared_server, falkordb_servers.stop_shared_server
 )
+redis_server = _session_server(
+    "redis", redis_servers.shared_server, redis_servers.stop_shared_server
+)
+redis_cluster_server = _session_server(
+    "redis_cluster", redis_servers.shared_cluster, redis_servers.stop_shared_cluster
+)
+valkey_cluster_server = _session_server(
+    "valkey_cluster", redis_servers.shared_valkey_cluster, redis_servers.stop_shared_valkey_cluster
+)
 
 neo4j_server = _session_server(
     "neo4j", neo4j_servers.shared_server, neo4j_servers.stop_shared_server
@@ -154,6 +167,16 @@ def _fresh_falkordb_graph(server: falkordb_servers.TestServer) -> str:
     return server.url(f"contract_{os.getpid()}_{next(_graph_numbers)}")
 
 
+_namespace_numbers = itertools.count(1)
+
+
+def _fresh_redis_namespace(server: redis_servers.TestServer) -> str:
+    # A namespace (the prefix of every key) per test is empty as a new database is.
+    url = server.url()
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}namespace=contract_{os.getpid()}_{next(_namespace_numbers)}"
+
+
 def _fresh_neo4j_database(server: neo4j_servers.TestServer) -> str:
     # Neo4j Community serves one database: emptied for each test.
     url = server.url()
@@ -169,6 +192,9 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
     "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_native_database),
     "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph),
+    "redis": OnServer("redis_server", _fresh_redis_namespace),
+    "redis_cluster": OnServer("redis_cluster_server", _fresh_redis_namespace),
+    "valkey_cluster": OnServer("valkey_cluster_server", _fresh_redis_namespace),
     "neo4j": OnServer("neo4j_server", _fresh_neo4j_database),
 }
 
@@ -186,6 +212,21 @@ DIVERGENCES: list[Divergence] = [
         _PACKET,
         InvalidArgumentError,
     ),
+]
+
+# Redis keeps each owner's data in one bucket (one slot): an event id is unique among
+# the logs of that bucket, so an id another owner's log holds is not seen there.
+_EVENT_IDS_PER_OWNER = (
+    "Redis checks that an event id is unused within the owner's bucket only (ids are "
+    "unique per owner, not across owners): the batch is applied and nothing raises"
+)
+DIVERGENCES += [
+    Divergence(backend, test, _EVENT_IDS_PER_OWNER, pytest.fail.Exception)
+    for backend in ("redis", "redis_cluster", "valkey_cluster")
+    for test in (
+        "test_log_append.py::test_a_refused_batch_inserts_none_of_its_users",
+        "test_four_byte_ids.py::test_four_byte_ids_through_every_id_carrying_write",
+    )
 ]
 
 # MariaDB 11.8 runs the same backend: it diverges where 10.11 does.

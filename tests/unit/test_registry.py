@@ -34,6 +34,25 @@ def test_built_in_schemes(url: str, expected: type[Backend]) -> None:
     assert registry.backend_for(url) is expected
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h",
+        "rediss://h",
+        "redis+cluster://h:7000,g:7000",
+        "rediss+cluster://h:7000",
+        "valkey://h",
+        "valkeys://h",
+        "valkey+cluster://h:7000",
+        "valkeys+cluster://h:7000",
+    ],
+)
+def test_redis_and_valkey_schemes_name_one_backend(url: str) -> None:
+    from convostore.backends.redis import RedisBackend
+
+    assert registry.backend_for(url) is RedisBackend
+
+
 def test_postgresql_schemes_name_one_backend() -> None:
     pytest.importorskip("psycopg")
     from convostore.backends.postgresql import PostgreSQLBackend

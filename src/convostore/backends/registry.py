@@ -41,6 +41,10 @@ BUILTIN: dict[str, str] = {
     "neo4j": "convostore.backends.neo4j:Neo4jBackend",
     "bolt": "convostore.backends.neo4j:Neo4jBackend",
     "memgraph": "convostore.backends.memgraph:MemgraphBackend",
+    "redis": "convostore.backends.redis:RedisBackend",
+    "rediss": "convostore.backends.redis:RedisBackend",
+    "valkey": "convostore.backends.redis:RedisBackend",
+    "valkeys": "convostore.backends.redis:RedisBackend",
 }
 
 _registered: dict[str, type[Backend]] = {}

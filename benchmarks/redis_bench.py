@@ -1,0 +1,196 @@
+"""The Redis backend on one server and on a cluster of 3 masters x 1 replica, each this
+script starts (tests/servers/redis.py: AOF with appendfsync always on every node).
+
+1. Appends: 100 conversations at once, each appending messages one at a time; appends
+   per second and the p50/p99 of one append, with the durability wait (``WAITAOF 1 0``
+   on one server, ``WAIT 1`` + ``WAITAOF 1 1`` on the cluster) and without it
+   (``fsync=no``: the cost of the wait).
+2. A cross-owner metadata lookup (it asks every bucket, one pipeline per master) at
+   1,024 buckets, against the same lookup at 64.
+3. Listing (a page of 20 of one owner's 1,000 sessions, page 1 and page 50) and the
+   last-20 window of a 2,000-event log, on one server, and the same on the PostgreSQL
+   backend (a durable server of tests/servers/postgresql.py) on this machine.
+
+    .venv/bin/python benchmarks/redis_bench.py [--appends N] [--skip-cluster]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import convostore
+from convostore import EventFilter, MessageWrite, PageRequest, Role, Store, User
+
+AUTHOR = User("ada", "Ada")
+CONTENT = "What is the capital of France? Answer in one word, please."
+CONVERSATIONS = 100
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def appends(url: str, per_conversation: int) -> tuple[float, float, float]:
+    """(appends per second, p50 ms, p99 ms) of 100 conversations appending at once."""
+    store = await convostore.connect(url)
+    try:
+        owners = [User(f"owner-{n}", f"Owner {n}") for n in range(CONVERSATIONS)]
+        sessions = [await store.create_session(owner) for owner in owners]
+        latencies: list[float] = []
+
+        async def conversation(session_id: str, owner: User) -> None:
+            for number in range(per_conversation):
+                started = time.perf_counter()
+                await store.add_message(
+                    session_id, MessageWrite(Role.USER, f"{CONTENT} {number}", author=owner)
+                )
+                latencies.append(time.perf_counter() - started)
+
+        started = time.perf_counter()
+        await asyncio.gather(
+            *(conversation(s.id, o) for s, o in zip(sessions, owners, strict=True))
+        )
+        elapsed = time.perf_counter() - started
+        return (
+            len(latencies) / elapsed,
+            percentile(latencies, 0.5) * 1000,
+            percentile(latencies, 0.99) * 1000,
+        )
+    finally:
+        await store.close()
+
+
+async def timed(call: Callable[[], Awaitable[object]], rounds: int) -> float:
+    """The median milliseconds of ``call``."""
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1000
+
+
+async def lookup(url: str) -> float:
+    store = await convostore.connect(url, indexed_metadata=["team"])
+    try:
+        for n in range(50):
+            await store.create_session(User(f"u{n}", "U"), metadata={"team": "blue"})
+        return await timed(lambda: store.find_sessions_by_metadata("team", "blue"), 50)
+    finally:
+        await store.close()
+
+
+async def reads(url: str) -> tuple[float, float, float]:
+    store: Store = await convostore.connect(url)
+    try:
+        for _ in range(1000):
+            await store.create_session(AUTHOR)
+        page = await store.list_sessions(AUTHOR.id, PageRequest(size=20))
+        for _ in range(48):
+            assert page.next_cursor is not None
+            page = await store.list_sessions(
+                AUTHOR.id, PageRequest(size=20, cursor=page.next_cursor)
+            )
+        cursor = page.next_cursor
+        first = await timed(lambda: store.list_sessions(AUTHOR.id, PageRequest(size=20)), 50)
+        fiftieth = await timed(
+            lambda: store.list_sessions(AUTHOR.id, PageRequest(size=20, cursor=cursor)), 50
+        )
+        session = await store.create_session(AUTHOR)
+        writes = [MessageWrite(Role.USER, f"{CONTENT} {n}") for n in range(100)]
+        for round_ in range(20):
+            await store.append_events(session.id, writes, round_)
+        window = await timed(lambda: store.read(session.id, EventFilter(last=20)), 100)
+        return first, fiftieth, window
+    finally:
+        await store.close()
+
+
+async def memory_per_million(url: str, messages: int) -> float:
+    """The server's memory growth for ``messages`` messages (20 per session, in batches
+    of 20), scaled to a million, in bytes."""
+    store = await convostore.connect(url)
+    try:
+        backend = store.backend
+        nodes = backend.nodes  # type: ignore[attr-defined]
+        meta = backend._meta  # type: ignore[attr-defined]
+
+        async def used() -> int:
+            [info] = await nodes.call(meta, [("INFO", "memory")], write=False)
+            return int(info["used_memory"])
+
+        before = await used()
+        for number in range(messages // 20):
+            session = await store.create_session(User(f"m{number % 100}", "M"))
+            writes = [MessageWrite(Role.USER, f"{CONTENT} {n}") for n in range(20)]
+            await store.append_events(session.id, writes, 0)
+        return (await used() - before) * 1_000_000 / messages
+    finally:
+        await store.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--appends", type=int, default=20, help="per conversation")
+    parser.add_argument("--skip-cluster", action="store_true")
+    parser.add_argument("--skip-postgresql", action="store_true")
+    arguments = parser.parse_args()
+    from tests.servers.redis import RedisCluster, RedisServer
+
+    single = RedisServer()
+    single.start()
+    try:
+        url = single.url("bench")
+        for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
+            rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
+            print(f"one server, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        for buckets in (64, 1024):
+            ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
+            print(f"one server, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+        per_million = await memory_per_million(url + "_memory", 20_000)
+        print(f"one server: {per_million / 2**30:.2f} GiB per million messages of 60 characters")
+        first, fiftieth, window = await reads(url + "_reads")
+        print(
+            f"one server: listing page 1 {first:.2f} ms, page 50 {fiftieth:.2f} ms, "
+            f"last-20 of 2,000 events {window:.2f} ms"
+        )
+    finally:
+        single.stop()
+    if not arguments.skip_postgresql:
+        from tests.servers.postgresql import PostgresServer
+
+        with PostgresServer(durable=True) as postgres:
+            first, fiftieth, window = await reads(postgres.url() + "?schema=bench_reads")
+            print(
+                f"PostgreSQL: listing page 1 {first:.2f} ms, page 50 {fiftieth:.2f} ms, "
+                f"last-20 of 2,000 events {window:.2f} ms"
+            )
+    if arguments.skip_cluster:
+        return
+    cluster = RedisCluster()
+    cluster.start()
+    try:
+        url = cluster.url("bench")
+        for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
+            rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
+            print(
+                f"3x1 cluster, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+            )
+        for buckets in (64, 1024):
+            ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
+            print(f"3x1 cluster, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    # The test servers live in the repository's tests package.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    asyncio.run(main())

@@ -1,0 +1,822 @@
+"""`RedisBackend`: convostore on Redis or Valkey, one server or a cluster.
+
+Every owner's sessions, logs, listings, metadata index entries, text index and vectors
+live in one owner bucket (one hash tag, so one slot), chosen from the owner's id among
+the database's buckets (their number fixed when the database is first created). Each
+write primitive is one server-side function in its bucket (`functions`), so it applies
+whole, checked before its first write. A session id's bucket is found through its
+directory entry, written once when the session is created; users live in the bucket of
+their own id. What spans owners (metadata lookups, unscoped search, stats, expiry) asks
+every bucket, one pipeline per master, and merges.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Final, Self
+
+from convostore._json import index_value
+from convostore._vectors import from_blobs, top_k
+from convostore.backends.interface import Backend, Capabilities, DatabaseStats, SessionPage
+from convostore.backends.migrations import refuse_newer
+from convostore.backends.redis import codec
+from convostore.backends.redis.functions import function
+from convostore.backends.redis.nodes import Nodes
+from convostore.backends.redis.url import RedisTarget, parse_redis_url
+from convostore.backends.spi import (
+    AppendOutcome,
+    NewSession,
+    PendingEmbedding,
+    PreparedAppend,
+    SearchScope,
+    SessionChanges,
+    TextQuery,
+    VectorIndexSpec,
+    VectorQuery,
+)
+from convostore.backends.sql.values import vector_blob
+from convostore.backends.urls import target_of
+from convostore.errors import (
+    EventIdConflictError,
+    InvalidArgumentError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StaleObjectError,
+    StoreError,
+    UnknownUserError,
+)
+from convostore.filters import (
+    EventFilter,
+    apply_filter,
+    compaction_parts,
+    compose_view,
+    is_turn_start,
+)
+from convostore.model import (
+    Event,
+    Message,
+    Role,
+    SearchHit,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    User,
+)
+
+__all__ = ["RedisBackend"]
+
+SCHEMA_VERSION: Final = 1
+# How many events a read asks for at a time when it cannot know how many it needs.
+_READ_CHUNK: Final = 256
+# Session ids whose bucket this process remembers (entries are written once).
+_DIRECTORY_CACHE: Final = 100_000
+
+
+class RedisBackend(Backend):
+    """One namespace of a Redis or Valkey server or cluster (see the module)."""
+
+    capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
+
+    def __init__(self, target: RedisTarget) -> None:
+        self.target = target
+        self.nodes = Nodes(target)
+        self.buckets = target.buckets
+        base = f"cs:{target.namespace}:"
+        self._base = base
+        self._meta = f"{base}meta".encode()
+        self._keys_key = f"{base}keys".encode()
+        self._prefixes: list[bytes] = []
+        self._directory: dict[str, int] = {}
+        self._known_users: set[str] = set()
+        # Message id -> bucket, as pending_embeddings found them (for set_embeddings).
+        self._message_buckets: dict[str, int] = {}
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        """Connect to the namespace ``url`` names (see `parse_redis_url`), load the
+        functions and record the database's bucket count on first use."""
+        backend = cls(target_of(parse_redis_url, url, options, "Redis"))
+        try:
+            await backend.nodes.connect()
+            if not await backend._read_meta():
+                await backend.nodes.call(
+                    backend._meta,
+                    [
+                        ("HSETNX", backend._meta, "buckets", backend.target.buckets),
+                        ("HSETNX", backend._meta, "schema", SCHEMA_VERSION),
+                    ],
+                    write=True,
+                )
+                await backend._read_meta()
+        except BaseException:
+            await backend.close()
+            raise
+        return backend
+
+    @classmethod
+    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
+        backend = cls(target_of(parse_redis_url, url, options, "Redis"))
+        try:
+            await backend.nodes.connect()
+            [schema] = await backend.nodes.call(
+                backend._meta, [("HGET", backend._meta, "schema")], write=False
+            )
+            if schema is None:
+                return [f"{SCHEMA_VERSION}: create namespace {backend.target.namespace}"]
+            refuse_newer(int(schema), SCHEMA_VERSION, backend.target.where)
+            return []
+        finally:
+            await backend.close()
+
+    async def _read_meta(self) -> bool:
+        """Read the database's bucket count and schema; False when it has none yet."""
+        [(buckets, schema)] = await self.nodes.call(
+            self._meta, [("HMGET", self._meta, "buckets", "schema")], write=False
+        )
+        if buckets is None or schema is None:
+            return False
+        refuse_newer(int(schema), SCHEMA_VERSION, self.target.where)
+        self.buckets = int(buckets)
+        self._prefixes = [f"{self._base}{{{b}}}:".encode() for b in range(self.buckets)]
+        return True
+
+    async def close(self) -> None:
+        await self.nodes.close()
+
+    # ---------------------------------------------------------------- keys and calls
+
+    def _bucket(self, owner_id: str | None) -> int:
+        return zlib.crc32((owner_id or "").encode()) % self.buckets
+
+    def _prefix(self, bucket: int) -> bytes:
+        return self._prefixes[bucket]
+
+    def _directory_key(self, session_id: str) -> bytes:
+        return f"{self._base}d:{{{session_id}}}".encode()
+
+    async def _fcall(self, bucket: int, name: str, *args: Any, write: bool) -> Any:
+        key = self._prefix(bucket) + b"fence"
+        [reply] = await self.nodes.call(
+            key, [("FCALL", function(name), 1, key, *args)], write=write
+        )
+        return reply
+
+    async def _everywhere(self, name: str, *args: Any, write: bool) -> list[Any]:
+        fences = [prefix + b"fence" for prefix in self._prefixes]
+        calls = [(key, ("FCALL", function(name), 1, key, *args)) for key in fences]
+        return await self.nodes.fan_out(calls, write=write)
+
+    async def _locate(self, session_id: str, *, fresh: bool = False) -> int | None:
+        """The bucket the session's directory entry names, or None (``fresh``: read
+        again, not as this process remembers it)."""
+        bucket = None if fresh else self._directory.get(session_id)
+        if bucket is not None:
+            return bucket
+        key = self._directory_key(session_id)
+        [found] = await self.nodes.call(key, [("GET", key)], write=False)
+        if found is None:
+            return None
+        bucket = int(found)
+        if len(self._directory) >= _DIRECTORY_CACHE:
+            self._directory.clear()
+        self._directory[session_id] = bucket
+        return bucket
+
+    async def _claim(self, session_id: str, bucket: int) -> int | None:
+        """Write the session's directory entry (once); the other bucket it already
+        names, if any."""
+        key = self._directory_key(session_id)
+        [found] = await self.nodes.call(
+            key, [("FCALL", function("claim"), 1, key, bucket)], write=True
+        )
+        if found == b"ok":
+            self._directory[session_id] = bucket
+            return None
+        return int(found)
+
+    async def _reclaim(self, session_id: str, old: int, new: int) -> bool:
+        key = self._directory_key(session_id)
+        [moved] = await self.nodes.call(
+            key, [("FCALL", function("reclaim"), 1, key, old, new)], write=True
+        )
+        if moved:
+            self._directory[session_id] = new
+        return bool(moved)
+
+    # ---------------------------------------------------------------- users
+
+    def _user_key(self, user_id: str) -> bytes:
+        return self._prefix(self._bucket(user_id)) + b"users"
+
+    async def put_user(self, user: User) -> None:
+        bucket = self._bucket(user.id)
+        await self._fcall(
+            bucket, "put_users", "replace", user.id, codec.user_document(user), write=True
+        )
+        self._known_users.add(user.id)
+
+    async def get_user(self, user_id: str) -> User | None:
+        key = self._user_key(user_id)
+        [document] = await self.nodes.call(key, [("HGET", key, user_id)], write=False)
+        return codec.read_user(document)
+
+    async def _users(self, user_ids: Iterable[str]) -> dict[str, User]:
+        ids = list(dict.fromkeys(user_ids))
+        if not ids:
+            return {}
+        replies = await self.nodes.fan_out(
+            [(self._user_key(i), ("HGET", self._user_key(i), i)) for i in ids], write=False
+        )
+        return {
+            i: user
+            for i, reply in zip(ids, replies, strict=True)
+            if (user := codec.read_user(reply))
+        }
+
+    async def _missing_users(self, users: Sequence[User], required: Sequence[str]) -> list[str]:
+        given = {user.id for user in users}
+        wanted = [i for i in required if i not in given and i not in self._known_users]
+        if not wanted:
+            return []
+        replies = await self.nodes.fan_out(
+            [(self._user_key(i), ("HEXISTS", self._user_key(i), i)) for i in wanted],
+            write=False,
+        )
+        missing = []
+        for user_id, exists in zip(wanted, replies, strict=True):
+            if exists:
+                self._known_users.add(user_id)
+            else:
+                missing.append(user_id)
+        return missing
+
+    async def _insert_users(self, users: Sequence[User]) -> None:
+        by_bucket: dict[int, list[Any]] = {}
+        for user in users:
+            if user.id not in self._known_users:
+                by_bucket.setdefault(self._bucket(user.id), []).extend(
+                    (user.id, codec.user_document(user))
+                )
+        if not by_bucket:
+            return
+        calls = [
+            (
+                self._prefix(b) + b"fence",
+                ("FCALL", function("put_users"), 1, self._prefix(b) + b"fence", "absent", *args),
+            )
+            for b, args in by_bucket.items()
+        ]
+        await self.nodes.fan_out(calls, write=True)
+        self._known_users.update(user.id for user in users)
+
+    # ---------------------------------------------------------------- sessions
+
+    async def stats(self) -> DatabaseStats:
+        """Counts summed over the buckets (each bucket's counts are one snapshot; the
+        sum is not)."""
+        totals = [0, 0, 0, 0, 0]
+        for reply in await self._everywhere("stats", write=False):
+            for index, value in enumerate(reply):
+                totals[index] += int(value)
+        users, sessions, events, messages, vectors = totals
+        return DatabaseStats(users, sessions, events, messages, vectors, None)
+
+    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+        session = new.session
+        bucket = self._bucket(session.owner_id)
+        header: dict[str, Any] = {
+            "s": codec.session_document(new),
+            "mode": "insert",
+            "missing": await self._missing_users(new.users_to_insert, new.required_user_ids),
+        }
+        other = await self._claim(session.id, bucket)
+        if other is not None:
+            if await self._fcall(other, "get_session", session.id, write=False) is not None:
+                if if_absent:
+                    return None
+                raise SessionExistsError(f"session {session.id!r} already exists")
+            await self._reclaim(session.id, other, bucket)
+        if session.part_of is not None:
+            parent_bucket = await self._locate(session.part_of)
+            if parent_bucket != bucket:
+                parent = (
+                    None
+                    if parent_bucket is None
+                    else await self._fcall(
+                        parent_bucket, "get_session", session.part_of, write=False
+                    )
+                )
+                header["parent"] = (
+                    "missing" if parent is None else "is_part" if parent[4] is not None else "owner"
+                )
+        reply = await self._fcall(bucket, "insert_session", _dumps(header), write=True)
+        outcome = reply[0]
+        if outcome == b"exists":
+            if if_absent:
+                return None
+            raise SessionExistsError(f"session {session.id!r} already exists")
+        _raise_refusal(reply, session.part_of)
+        await self._insert_users(new.users_to_insert)
+        return codec.read_session(reply[1])
+
+    async def find_or_insert_part(self, new: NewSession) -> Session:
+        part_of = new.session.part_of
+        assert part_of is not None
+        bucket = await self._locate(part_of)
+        if bucket is None:
+            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+        header = {
+            "s": codec.session_document(new),
+            "mode": "part",
+            "missing": await self._missing_users(new.users_to_insert, new.required_user_ids),
+        }
+        await self._claim(new.session.id, bucket)
+        reply = await self._fcall(bucket, "insert_session", _dumps(header), write=True)
+        if reply[0] == b"found":
+            return codec.read_session(reply[1])
+        if reply[0] == b"parent_missing":
+            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+        if reply[0] == b"exists":
+            raise SessionExistsError(f"session {new.session.id!r} already exists")
+        _raise_refusal(reply, part_of)
+        await self._insert_users(new.users_to_insert)
+        return codec.read_session(reply[1])
+
+    async def get_session(self, session_id: str) -> Session | None:
+        remembered = session_id in self._directory
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            return None
+        values = await self._fcall(bucket, "get_session", session_id, write=False)
+        if values is None and remembered:
+            # Deleted, and perhaps created again in another owner's bucket since.
+            moved = await self._locate(session_id, fresh=True)
+            if moved is not None and moved != bucket:
+                values = await self._fcall(moved, "get_session", session_id, write=False)
+        return None if values is None else codec.read_session(values)
+
+    async def update_session(self, changes: SessionChanges) -> Session:
+        bucket = await self._locate(changes.session_id)
+        if bucket is None:
+            raise SessionNotFoundError(f"no session {changes.session_id!r}")
+        header = {
+            "id": changes.session_id,
+            "expected": changes.expected_stamp,
+            "title": changes.title,
+            "meta": changes.metadata_json,
+            "cand": codec._encode([list(pair) for pair in changes.indexed_metadata]),
+            "expires": None if changes.expires_at is None else codec.micros(changes.expires_at),
+            "stamp": changes.new_stamp,
+        }
+        reply = await self._fcall(bucket, "update_session", _dumps(header), write=True)
+        if reply[0] == b"missing":
+            raise SessionNotFoundError(f"no session {changes.session_id!r}")
+        if reply[0] == b"stale":
+            raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
+        return codec.read_session(reply[1])
+
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        reply = await self._fcall(
+            bucket, "set_title", session_id, "0" if title is None else "1", title or "", stamp,
+            write=True,
+        )  # fmt: skip
+        if reply[0] == b"missing":
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        return codec.read_session(reply[1])
+
+    async def delete_session(self, session_id: str) -> bool:
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            return False
+        return bool(await self._fcall(bucket, "delete_session", session_id, write=True))
+
+    async def _listing(self, page: SessionPage) -> list[Any]:
+        """The session rows of one page (see `Backend.list_sessions`)."""
+        after = page.after
+        after_at = ""
+        if after is not None and after.last_activity_us is not None:
+            after_at = str(after.last_activity_us)
+        rows: list[Any] = await self._fcall(
+            self._bucket(page.owner_id),
+            "list_sessions",
+            "=" + page.owner_id,
+            "c" if page.order is SessionOrder.CREATED else "a",
+            "1" if page.filter.include_parts else "0",
+            page.filter.kind or "",
+            "" if after is None else after.session_id,
+            after_at,
+            page.limit,
+            write=False,
+        )
+        return rows
+
+    async def list_sessions(self, page: SessionPage) -> list[Session]:
+        return [codec.read_session(values) for values in await self._listing(page)]
+
+    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+        return await self._summaries(await self._listing(page))
+
+    async def _summaries(self, rows: Sequence[Sequence[Any]]) -> list[SessionSummary]:
+        ids = [codec.text(value) for row in rows for value in (row[1], row[13])]
+        users = await self._users(i for i in ids if i is not None)
+        summaries = []
+        for row in rows:
+            owner, starter = codec.text(row[1]), codec.text(row[13])
+            summaries.append(
+                SessionSummary(
+                    session=codec.read_session(row),
+                    owner=None if owner is None else users.get(owner),
+                    message_count=int(row[12] or 0),
+                    started_by=None if starter is None else users.get(starter),
+                )
+            )
+        return summaries
+
+    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+        return int(
+            await self._fcall(
+                self._bucket(owner_id),
+                "count_sessions",
+                "=" + owner_id,
+                "1" if filter.include_parts else "0",
+                filter.kind or "",
+                write=False,
+            )
+        )
+
+    async def find_part(self, part_of: str, held_with: str) -> Session | None:
+        bucket = await self._locate(part_of)
+        if bucket is None:
+            return None
+        values = await self._fcall(bucket, "find_part", part_of, held_with, write=False)
+        return None if values is None else codec.read_session(values)
+
+    async def list_parts(self, part_of: str) -> list[SessionSummary]:
+        bucket = await self._locate(part_of)
+        if bucket is None:
+            return []
+        return await self._summaries(await self._fcall(bucket, "list_parts", part_of, write=False))
+
+    async def participants(self, session_id: str) -> list[User]:
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            return []
+        ids = [
+            i.decode() for i in await self._fcall(bucket, "participants", session_id, write=False)
+        ]
+        users = await self._users(ids)
+        return [users[i] for i in ids if i in users]
+
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+        sessions = [
+            codec.read_session(values)
+            for rows in await self._everywhere("by_metadata", name, value, write=False)
+            for values in rows
+        ]
+        found = [
+            s for s in sessions if name in s.metadata and index_value(s.metadata[name]) == value
+        ]
+        return sorted(found, key=lambda s: s.id)
+
+    async def delete_expired(self, before: datetime) -> int:
+        replies = await self._everywhere("delete_expired", codec.micros(before), write=True)
+        return sum(int(reply) for reply in replies)
+
+    # ---------------------------------------------------------------- indexed metadata
+
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        if keys:
+            await self._everywhere("add_keys", *sorted(keys), write=True)
+            await self.nodes.call(
+                self._keys_key, [("SADD", self._keys_key, *sorted(keys))], write=True
+            )
+        return await self.indexed_keys()
+
+    async def indexed_keys(self) -> frozenset[str]:
+        [members] = await self.nodes.call(
+            self._keys_key, [("SMEMBERS", self._keys_key)], write=False
+        )
+        return frozenset(member.decode() for member in members)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        replies = await self._everywhere("remove_key", key, write=True)
+        [removed] = await self.nodes.call(
+            self._keys_key, [("SREM", self._keys_key, key)], write=True
+        )
+        return bool(removed) or any(int(reply) for reply in replies)
+
+    # ---------------------------------------------------------------- the log
+
+    async def append(self, append: PreparedAppend) -> AppendOutcome:
+        session_id = append.session_id
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        header = {
+            "ev": str(-1 if append.expected_version is None else append.expected_version),
+            "missing": await self._missing_users(append.users_to_insert, append.required_user_ids),
+            "stamp": append.new_stamp,
+            "act": "" if append.activity_at is None else codec.micros(append.activity_at),
+            "mc": str(append.new_message_count),
+            "sb": append.started_by or "",
+        }
+        arguments: list[Any] = [session_id, _dumps(header)]
+        for prepared in append.events:
+            arguments.extend(codec.event_arguments(prepared))
+        reply = await self._fcall(bucket, "append", *arguments, write=True)
+        outcome = reply[0]
+        if outcome == b"missing":
+            self._directory.pop(session_id, None)
+            raise SessionNotFoundError(f"no session {session_id!r}")
+        if outcome == b"users":
+            missing = json.loads(reply[1])
+            raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+        if outcome == b"stale":
+            return AppendOutcome(applied=False)
+        if outcome == b"replay":
+            return AppendOutcome(applied=False, events=[codec.read_event(session_id, reply[1])])
+        if outcome == b"conflict":
+            where = "" if reply[2] == b"1" else " by another session"
+            raise EventIdConflictError(f"event id {reply[1].decode()!r} is already used{where}")
+        base = int(reply[1])
+        await self._insert_users(append.users_to_insert)
+        return AppendOutcome(
+            applied=True,
+            events=[_with_seq(p.event, base + i) for i, p in enumerate(append.events, start=1)],
+        )
+
+    async def version(self, session_id: str) -> int:
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            return 0
+        return int(await self._fcall(bucket, "version", session_id, write=False))
+
+    async def _range(
+        self, bucket: int, session_id: str, first: int, last: int
+    ) -> tuple[int, int, list[Event]]:
+        """(the log's last seq, its newest boundary's seq, events first..last); -1 for
+        the last seq: no session."""
+        reply = await self._fcall(bucket, "read_range", session_id, first, last, write=False)
+        version, boundary = int(reply[0]), int(reply[1])
+        return version, boundary, [codec.read_event(session_id, stored) for stored in reply[2:]]
+
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+        f = event_filter
+        if f.last == 0 or f.limit == 0:
+            return []
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            return []
+        if f.active_view:
+            version, boundary, _ = await self._range(bucket, session_id, 1, 0)
+            if version < 0:
+                return []
+            if boundary:
+                return await self._active_view(bucket, session_id, boundary, version, f)
+        if f.last is None:
+            return await self._read_forward(bucket, session_id, f)
+        return await self._read_last(bucket, session_id, f)
+
+    async def _read_forward(self, bucket: int, session_id: str, f: EventFilter) -> list[Event]:
+        plain = f == EventFilter(after_seq=f.after_seq, limit=f.limit)
+        first = (f.after_seq or 0) + 1
+        size = f.limit if plain and f.limit is not None else max(f.limit or 0, _READ_CHUNK)
+        size = min(size, 10_000)
+        found: list[Event] = []
+        upto: int | None = None
+        while True:
+            last = first + size - 1 if upto is None else min(first + size - 1, upto)
+            version, _, events = await self._range(bucket, session_id, first, last)
+            if version < 0:
+                return []
+            upto = version if upto is None else upto
+            found.extend(e for e in events if f.matches(e))
+            if f.limit is not None and len(found) >= f.limit:
+                return found[: f.limit]
+            if last >= upto:
+                return found
+            first, size = last + 1, min(size * 2, 10_000)
+
+    async def _read_last(self, bucket: int, session_id: str, f: EventFilter) -> list[Event]:
+        assert f.last is not None
+        floor = (f.after_seq or 0) + 1
+        plain = f == EventFilter(last=f.last, after_seq=f.after_seq)
+        # A plain window needs its events and the few back to a turn start.
+        size = min(f.last + 16 if plain else max(2 * f.last, 64), 10_000)
+        reply = await self._fcall(
+            bucket, "read_range", session_id, size, floor, "tail", write=False
+        )
+        top = int(reply[0])
+        if top < 0:
+            return []
+        tail = [codec.read_event(session_id, stored) for stored in reply[2:]]
+        upper = top
+        matches: list[Event] = []  # newest first
+        while upper >= floor:
+            lower = max(floor, upper - size + 1)
+            if tail:
+                events, tail = tail, []
+            else:
+                _, _, events = await self._range(bucket, session_id, lower, upper)
+            matches.extend(e for e in reversed(events) if f.matches(e))
+            upper, size = lower - 1, min(size * 2, 10_000)
+            if len(matches) >= f.last:
+                window = matches[f.last - 1]
+                if not f.can_match_turn_start or is_turn_start(window):
+                    break
+                if any(is_turn_start(e) for e in matches[f.last :]):
+                    break
+        return apply_filter(reversed(matches), EventFilter(last=f.last))
+
+    async def _active_view(
+        self, bucket: int, session_id: str, boundary_seq: int, version: int, f: EventFilter
+    ) -> list[Event]:
+        _, _, events = await self._range(bucket, session_id, boundary_seq, version)
+        boundary, after = events[0], events[1:]
+        kept_ids, summaries = compaction_parts(boundary, after)
+        kept: list[Event] = []
+        if kept_ids:
+            stored = await self._fcall(bucket, "read_ids", session_id, *kept_ids, write=False)
+            kept = [
+                e for e in (codec.read_event(session_id, s) for s in stored) if e.seq < boundary_seq
+            ]
+        return apply_filter(compose_view(kept, summaries, after), f)
+
+    async def set_narration(
+        self, session_id: str, message_id: str, text: str | None, stamp: str
+    ) -> bool:
+        bucket = await self._locate(session_id)
+        if bucket is None:
+            return False
+        done = await self._fcall(
+            bucket, "set_narration", session_id, message_id,
+            "0" if text is None else "1", text or "", stamp, write=True,
+        )  # fmt: skip
+        return bool(done)
+
+    # ---------------------------------------------------------------- vectors and text
+
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
+        [document] = await self.nodes.call(
+            self._meta, [("HGET", self._meta, "vector")], write=False
+        )
+        if document is None:
+            return None
+        dimensions, metric, model = json.loads(document)
+        return VectorIndexSpec(int(dimensions), metric, model)
+
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        document = _dumps([spec.dimensions, spec.metric, spec.model])
+        command = "HSET" if replace else "HSETNX"
+        await self.nodes.call(self._meta, [(command, self._meta, "vector", document)], write=True)
+
+    async def pending_embeddings(
+        self, model: str, roles: Sequence[Role], after: str | None, limit: int
+    ) -> list[PendingEmbedding]:
+        replies = await self._everywhere(
+            "pending", model, codec.role_letters(roles), after or "", limit, write=False
+        )
+        pending: list[PendingEmbedding] = []
+        for bucket, reply in enumerate(replies):
+            for item in reply:
+                message_id = item[0].decode()
+                pending.append(
+                    PendingEmbedding(
+                        message_id, item[1].decode(), codec.ROLES_BY_LETTER[item[2].decode()],
+                        item[3].decode(),
+                    )
+                )  # fmt: skip
+                self._message_buckets[message_id] = bucket
+        if len(self._message_buckets) > _DIRECTORY_CACHE:
+            self._message_buckets.clear()
+        pending.sort(key=lambda p: p.message_id)
+        return pending[:limit]
+
+    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+        replies = await self._everywhere(
+            "count_pending", model, codec.role_letters(roles), write=False
+        )
+        return sum(int(reply) for reply in replies)
+
+    async def set_embeddings(
+        self, model: str, vectors: Sequence[tuple[str, tuple[float, ...]]], stamp: str
+    ) -> None:
+        if not vectors:
+            return
+        # A message pending_embeddings gave goes to its bucket; any other to every one
+        # (a bucket skips the ids it does not hold).
+        by_bucket: dict[int | None, list[Any]] = {}
+        for message_id, vector in vectors:
+            bucket = self._message_buckets.get(message_id)
+            by_bucket.setdefault(bucket, []).extend((message_id, vector_blob(vector), stamp))
+        unknown = by_bucket.pop(None, None)
+        calls = [
+            (fence, ("FCALL", function("set_embeddings"), 1, fence, model, *arguments))
+            for bucket, arguments in by_bucket.items()
+            if bucket is not None and (fence := self._prefix(bucket) + b"fence")
+        ]
+        if unknown:
+            calls += [
+                (fence, ("FCALL", function("set_embeddings"), 1, fence, model, *unknown))
+                for fence in (prefix + b"fence" for prefix in self._prefixes)
+            ]
+        await self.nodes.fan_out(calls, write=True)
+
+    async def _scope_buckets(self, scope: SearchScope) -> list[int] | None:
+        """The buckets a search looks in (None: every one; []: none)."""
+        if scope.session_id is not None:
+            bucket = await self._locate(scope.session_id)
+            return [] if bucket is None else [bucket]
+        if scope.owner_id is not None:
+            return [self._bucket(scope.owner_id)]
+        return None
+
+    async def _in_buckets(
+        self, buckets: list[int] | None, name: str, *args: Any
+    ) -> list[tuple[int, Any]]:
+        if buckets is None:
+            return list(enumerate(await self._everywhere(name, *args, write=False)))
+        return [(b, await self._fcall(b, name, *args, write=False)) for b in buckets]
+
+    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        scope = query.scope
+        buckets = await self._scope_buckets(scope)
+        width = len(query.vector)
+        found = await self._in_buckets(
+            buckets, "vector_scan", scope.owner_id or "", scope.session_id or "",
+            codec.role_letters(scope.roles), query.model or "", width * 4,
+        )  # fmt: skip
+        refs = [(bucket, item[1], item[0]) for bucket, reply in found for item in reply]
+        if not refs:
+            return []
+        blobs = [item[2] for _, reply in found for item in reply]
+        ranked = top_k(query.vector, from_blobs(blobs, width), query.metric, query.k)
+        by_bucket: dict[int, list[Any]] = {}
+        for row, _ in ranked:
+            bucket, session, seq = refs[row]
+            by_bucket.setdefault(bucket, []).extend((session, seq))
+        events: dict[tuple[bytes, bytes], Event] = {}
+        for bucket, args in by_bucket.items():
+            stored = await self._fcall(bucket, "read_refs", *args, write=False)
+            for session, stored_event in zip(args[0::2], stored, strict=True):
+                events[(session, str(stored_event[0]).encode())] = codec.read_event(
+                    session.decode(), stored_event
+                )
+        hits = []
+        for row, score in ranked:
+            _, session, seq = refs[row]
+            event = events.get((session, seq))
+            if isinstance(event, Message):
+                hits.append(SearchHit(event, score))
+        return hits
+
+    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+        scope = query.scope
+        buckets = await self._scope_buckets(scope)
+        found = await self._in_buckets(
+            buckets, "text_search", scope.owner_id or "", scope.session_id or "",
+            codec.role_letters(scope.roles), query.k, *query.terms,
+        )  # fmt: skip
+        hits = []
+        for _, reply in found:
+            for stored, session, score in reply:
+                event = codec.read_event(session.decode(), stored)
+                if isinstance(event, Message):
+                    hits.append(SearchHit(event, float(score)))
+        hits.sort(key=lambda hit: (-hit.score, hit.message.id))
+        return hits[: query.k]
+
+
+def _with_seq(event: Event, seq: int) -> Event:
+    return replace(event, seq=seq)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _raise_refusal(reply: Sequence[Any], part_of: str | None) -> None:
+    """Raise what refused an insert; return when it was applied."""
+    outcome = reply[0]
+    if outcome in (b"ok", b"found"):
+        return
+    if outcome == b"users":
+        missing = json.loads(reply[1])
+        raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+    if outcome == b"parent_missing":
+        raise SessionNotFoundError(f"part_of names no session: {part_of!r}")
+    if outcome == b"parent_is_part":
+        raise InvalidArgumentError("part_of must name a top-level session")
+    if outcome == b"parent_owner":
+        raise InvalidArgumentError("part_of must name a session with the same owner")
+    raise StoreError(f"unexpected reply from the Redis function: {outcome!r}")
