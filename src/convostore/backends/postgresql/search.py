@@ -87,21 +87,31 @@ def _from(owner: bool) -> str:
 
 @functools.cache
 def vector_search_sql(
-    metric: Metric, width: int, by_model: bool, owner: bool, session: bool, roles: bool
+    metric: Metric,
+    width: int,
+    by_model: bool,
+    owner: bool,
+    session: bool,
+    roles: bool,
+    exact: bool = False,
 ) -> str:
     """The k nearest messages of one width (and model), with their distances. The
-    ORDER BY is the expression the HNSW index of that width and metric is built on.
-    Parameters: vector, model, owner_id, session_id, roles, k."""
+    ORDER BY is the expression the HNSW index of that width and metric is built on, or,
+    ``exact``, one the index cannot serve (the distance plus zero), so the rows of the
+    scope are scanned and sorted. Parameters: vector, model, owner_id, session_id,
+    roles, k."""
     distance = sql.SQL(
         "e.embedding::vector({width}) {operator} %(vector)s::vector({width})"
     ).format(width=sql.Literal(width), operator=sql.SQL(_DISTANCE[metric]))
+    order = sql.SQL("({distance}) + 0").format(distance=distance) if exact else distance
     statement = sql.SQL(
         "SELECT {columns}, {distance} {source}"
         " WHERE e.type = 'MESSAGE' AND cardinality(e.embedding) = {width}{model}{scope}"
-        " ORDER BY {distance} LIMIT %(k)s"
+        " ORDER BY {order} LIMIT %(k)s"
     ).format(
         columns=sql.SQL(statements.EVENT_COLUMNS),
         distance=distance,
+        order=order,
         source=sql.SQL(_from(owner)),
         width=sql.Literal(width),
         model=sql.SQL(" AND e.embedding_model = %(model)s" if by_model else ""),
@@ -241,6 +251,20 @@ async def vector_search(
     # Planned for these very parameters, never by a generic plan: only a plan that sees
     # the model can prove the HNSW index's model predicate, and so walk that index.
     rows = await fetch_all(connection, statement, parameters, binary=True, prepare=False)
+    if len(rows) < k:
+        # An HNSW walk can end short of k rows that the scope holds (a filtered scope,
+        # an index rebuilt over replaced vectors): a short answer is checked by the
+        # exact scan, which only then costs a pass over the scope.
+        exact = vector_search_sql(
+            metric,
+            len(vector),
+            model is not None,
+            owner_id is not None,
+            session_id is not None,
+            roles is not None,
+            exact=True,
+        )
+        rows = await fetch_all(connection, exact, parameters, binary=True, prepare=False)
     hits = [
         SearchHit(message, _score(metric, row[23]))
         for row in rows
