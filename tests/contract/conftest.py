@@ -45,6 +45,7 @@ from convostore.testing.fixtures import (
     store,
 )
 from tests.servers import falkordb as falkordb_servers
+from tests.servers import galera as galera_servers
 from tests.servers import mariadb as mariadb_servers
 from tests.servers import neo4j as neo4j_servers
 from tests.servers import postgresql as postgresql_servers
@@ -61,6 +62,7 @@ __all__ = [
     "backend_missing",
     "connect_store",
     "falkordb_server",
+    "galera_server",
     "in_ci",
     "indexed_store",
     "local_time_zone_off_utc",
@@ -114,6 +116,9 @@ postgresql_server = _session_server(
 mariadb_server = _session_server(
     "mariadb", mariadb_servers.shared_server, mariadb_servers.stop_shared_server
 )
+galera_server = _session_server(
+    "galera", galera_servers.shared_cluster, galera_servers.stop_shared_cluster
+)
 mariadb11_server = _session_server(
     "mariadb11", mariadb_servers.shared_server_11, mariadb_servers.stop_shared_server_11
 )
@@ -160,6 +165,15 @@ def _fresh_mariadb_native_database(server: mariadb_servers.TestServer) -> str:
     return _fresh_mariadb_database(server) + "?vector_search=native"
 
 
+def _fresh_galera_database(cluster: galera_servers.TestCluster) -> str:
+    # The URL lists the three nodes, each test's store on the next one first; the
+    # database is created through another node, as a store must not mind.
+    number = next(_database_numbers)
+    url = galera_servers.rotated(cluster.url(f"contract_{os.getpid()}_{number}"), number)
+    mariadb_servers.create_database_at_defaults(galera_servers.node_urls(url)[1])
+    return url
+
+
 _graph_numbers = itertools.count(1)
 
 
@@ -192,6 +206,7 @@ BACKENDS: dict[str, BackendUrl | OnServer] = {
     "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
     "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
     "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_native_database),
+    "galera": OnServer("galera_server", _fresh_galera_database),
     "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph),
     "redis": OnServer("redis_server", _fresh_redis_namespace),
     "redis_cluster": OnServer("redis_cluster_server", _fresh_redis_namespace),
@@ -230,9 +245,13 @@ DIVERGENCES += [
     )
 ]
 
-# MariaDB 11.8 runs the same backend: it diverges where 10.11 does.
+# MariaDB 11.8, and a Galera cluster of 10.11 nodes, run the same backend: they diverge
+# where 10.11 does.
 DIVERGENCES += [
-    dataclasses.replace(d, backend="mariadb11") for d in DIVERGENCES if d.backend == "mariadb"
+    dataclasses.replace(d, backend=other)
+    for d in DIVERGENCES
+    if d.backend == "mariadb"
+    for other in ("mariadb11", "galera")
 ]
 
 # Found by the differential test on a populated database (test_differential.py).

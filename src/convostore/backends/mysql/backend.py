@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Self
@@ -19,6 +20,8 @@ from convostore.backends.mysql.connection import (
     Connection,
     ServerFacts,
     check_size,
+    node_ready,
+    open_connection,
     open_pool,
     snapshot,
 )
@@ -29,7 +32,11 @@ from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
 from convostore.errors import BackendUnavailableError
 
-__all__ = ["MySQLBackend"]
+__all__ = ["MySQLBackend", "ready_node"]
+
+log = logging.getLogger("convostore.mysql")
+# How long a node may take to answer when the store looks for one that is up.
+_PROBE_TIMEOUT_S = 2.0
 
 
 class MySQLBackend(GenericSQLBackend[Connection]):
@@ -44,6 +51,12 @@ class MySQLBackend(GenericSQLBackend[Connection]):
     shared `VectorCache` and the commit-ordered change feed (`vector_feed`), by a scan,
     or with MariaDB 11.7+'s graph (`native_vectors`), as the URL's ``vector_search``
     and the server allow.
+
+    A URL listing several nodes of a Galera cluster: every connection goes to one node
+    (``node``), the first of the list that answers and is ready when the store opens;
+    when a connection to it is lost (or it stops being ready), the next connections go
+    to the first node after it in the list that is (`_fail_over`). One node takes the
+    store's writes, so its transactions never lose certification to each other.
     """
 
     statements = sql.STATEMENTS
@@ -64,16 +77,20 @@ class MySQLBackend(GenericSQLBackend[Connection]):
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
         self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
         self.vectors = vector_feed.FeedVectors(target)
+        self.node = target.nodes[0]
         self._pool: Pool | None = None
         self._closed = False
+        self._moving = asyncio.Lock()
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the database ``url`` names (see `parse_mysql_url`), create it if
         absent and migrate it to this version's schema, then open the pool."""
         backend = cls(target_of(parse_mysql_url, url, options, "MySQL"))
-        target = backend.target
-        with DRIVER.translated(target.where):
+        with DRIVER.translated(backend.target.where):
+            if len(backend.target.nodes) > 1:
+                backend.node = await ready_node(backend.target, backend.node)
+            target = backend.target.on_node(backend.node)
             backend.facts = await prepare_database(target)
             backend._pool = await open_pool(target, backend.facts)
             vectors = await backend._run(native_vectors.vectors_of, backend.facts, target)
@@ -130,12 +147,51 @@ class MySQLBackend(GenericSQLBackend[Connection]):
     async def _connection_lost(self) -> None:
         if self._pool is not None:
             await self._pool.clear()
+            if len(self.target.nodes) > 1:
+                await self._fail_over()
+
+    async def _fail_over(self) -> None:
+        """Point the pool's next connections at the first node, from the current one on,
+        that answers and is ready (the current one if none is)."""
+        lost = self.node
+        async with self._moving:
+            if self.node != lost or self._pool is None:
+                return  # Another caller moved the store while this one waited.
+            node = await ready_node(self.target, lost)
+            # asyncmy's pool opens each new connection with these arguments.
+            arguments: dict[str, Any] = self._pool._conn_kwargs  # type: ignore[attr-defined]
+            arguments.update(host=node[0], port=node[1])
+            self.node = node
+            if node != lost:
+                log.warning("%s: node %s:%s lost, now on %s:%s", self._where, *lost, *node)
 
     def _check(self, values: Iterable[Any], what: str) -> None:
         check_size(values, self.facts.max_packet, what)
 
     def _read_snapshot(self, connection: Connection) -> AbstractAsyncContextManager[None]:
         return snapshot(connection)
+
+
+async def ready_node(target: MySQLTarget, first: tuple[str, int]) -> tuple[str, int]:
+    """The first of ``target``'s nodes, from ``first`` on (in the URL's order, wrapping
+    around), that accepts a connection and takes statements (`node_ready`); ``first``
+    when none does (its connections then fail as they would have)."""
+    nodes = target.nodes
+    start = nodes.index(first)
+    probe_timeout = min(target.connect_timeout, _PROBE_TIMEOUT_S)
+    for node in nodes[start:] + nodes[:start]:
+        candidate = dataclasses.replace(target.on_node(node), connect_timeout=probe_timeout)
+        try:
+            async with asyncio.timeout(probe_timeout + 1):
+                connection = await open_connection(candidate, None)
+                try:
+                    if await node_ready(connection):
+                        return node
+                finally:
+                    connection.close()
+        except (*DRIVER.exceptions, TimeoutError):
+            continue
+    return first
 
 
 def _drop_sockets(pool: Pool) -> None:

@@ -14,13 +14,23 @@ consistent snapshot).
 InnoDB may still end a transaction as a deadlock victim or after a lock wait timeout:
 such a transaction is run again (`MySQLDriver.retryable`), a bounded number of times,
 then raises `ConflictError` (deadlock) or `BackendUnavailableError` (lock wait timeout).
+
+On a Galera cluster (`ServerFacts.galera`) a transaction that loses certification to a
+concurrent one of another node ends with the same deadlock error at commit, and is run
+again the same way; so is a statement a node refused because it is not ready (joining,
+or cut off from the primary component: error 1047), which ran nothing. A statement
+that is a transaction of its own is run again on the same terms (`MySQLDriver`), where
+the server's own ``wsrep_retry_autocommit`` did not already succeed. Each connection
+reads with ``wsrep_sync_wait = 1``: a read sees every write any node acknowledged
+before it began.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,6 +56,7 @@ __all__ = [
     "check_size",
     "connect_options",
     "is_connection_lost",
+    "node_ready",
     "open_connection",
     "open_pool",
     "read_server_facts",
@@ -60,8 +71,20 @@ ER_LOCK_WAIT_TIMEOUT: Final = 1205
 ER_LOCK_DEADLOCK: Final = 1213
 ER_DUP_ENTRY: Final = 1062
 ER_BAD_DB_ERROR: Final = 1049
+# "WSREP has not yet prepared node for application use": a Galera node that is not
+# Synced in the primary component refuses every statement, having run none.
+ER_WSREP_NOT_READY: Final = 1047
+# Errors after which a statement (or transaction) that raised them ran nothing and may
+# be run again as it was.
+_RUN_AGAIN: Final = frozenset({ER_LOCK_DEADLOCK, ER_WSREP_NOT_READY})
+# How many times a statement that is its own transaction is run again after one.
+_STATEMENT_RETRIES: Final = 5
+_STATEMENT_RETRY_BASE_S: Final = 0.01
 # Connection lost, refused, killed, server shutting down or gone away.
-_CONNECTION_LOST: Final = frozenset({1053, 1077, 1927, 2002, 2003, 2006, 2013, 2055, 4031})
+# A Galera node not ready (1047) is as good as lost: the store moves to another node.
+_CONNECTION_LOST: Final = frozenset(
+    {1053, 1077, 1927, 2002, 2003, 2006, 2013, 2055, 4031, ER_WSREP_NOT_READY}
+)
 # What the other errors convostore tells apart become: the error, and what its message adds.
 _TRANSLATED: Final[dict[int | None, tuple[type[StoreError], str]]] = {
     ER_LOCK_DEADLOCK: (ConflictError, ": still deadlocked after the retries; try again"),
@@ -87,24 +110,31 @@ _SNAPSHOT: Final = "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
 # The id collation by server family: code point order, no padding.
 TEXT_COLLATIONS: Final = {"mariadb": "utf8mb4_nopad_bin", "mysql": "utf8mb4_0900_bin"}
 SERVER_VERSION: Final = "SELECT VERSION(), @@max_allowed_packet"
+# One row (wsrep_on, ON) on a MariaDB node of a Galera cluster; none on MySQL.
+WSREP_ON: Final = "SHOW VARIABLES LIKE 'wsrep_on'"
+# A Galera node's readiness: one row (wsrep_ready, ON) when it takes statements.
+WSREP_READY: Final = "SHOW STATUS LIKE 'wsrep_ready'"
 
 
 @dataclass(frozen=True, slots=True)
 class ServerFacts:
     """What connect learned about the server: MariaDB or MySQL, its version, the
-    collation ids and keys compare in, and the largest statement it takes."""
+    collation ids and keys compare in, the largest statement it takes, and whether it
+    is a node of a Galera cluster (wsrep on)."""
 
     family: str
     version: tuple[int, ...]
     collation: str
     max_packet: int = 16 * 1024 * 1024
+    galera: bool = False
 
 
-def server_facts(version_text: str, max_packet: int) -> ServerFacts:
+def server_facts(version_text: str, max_packet: int, galera: bool = False) -> ServerFacts:
     """The facts of a server from its ``VERSION()`` (``10.11.6-MariaDB-0+deb12u1`` or
-    ``8.0.36``) and its ``max_allowed_packet``."""
+    ``8.0.36``), its ``max_allowed_packet`` and whether wsrep is on."""
     family = "mariadb" if "mariadb" in version_text.lower() else "mysql"
-    return ServerFacts(family, version_tuple(version_text), TEXT_COLLATIONS[family], max_packet)
+    collation = TEXT_COLLATIONS[family]
+    return ServerFacts(family, version_tuple(version_text), collation, max_packet, galera)
 
 
 class MySQLDriver(CursorDriver[Connection]):
@@ -136,7 +166,41 @@ class MySQLDriver(CursorDriver[Connection]):
         return isinstance(error, errors.OperationalError) and error_code(error) in (
             ER_LOCK_DEADLOCK,
             ER_LOCK_WAIT_TIMEOUT,
+            ER_WSREP_NOT_READY,
         )
+
+    # A statement outside a transaction is a transaction of its own: a deadlock (on
+    # Galera, a lost certification) or a node not ready ran nothing of it, so it is run
+    # again, a bounded number of times. Inside one, `in_transaction` runs the whole again.
+
+    async def fetch_one(self, connection: Any, statement: str, parameters: Any = None) -> Any:
+        return await self._alone(super().fetch_one, connection, statement, parameters)
+
+    async def fetch_all(self, connection: Any, statement: str, parameters: Any = None) -> list[Any]:
+        rows: list[Any] = await self._alone(super().fetch_all, connection, statement, parameters)
+        return rows
+
+    async def execute(self, connection: Any, statement: str, parameters: Any = None) -> int:
+        changed: int = await self._alone(super().execute, connection, statement, parameters)
+        return changed
+
+    async def _alone(
+        self,
+        run: Callable[[Any, str, Any], Awaitable[Any]],
+        connection: Connection,
+        statement: str,
+        parameters: Any,
+    ) -> Any:
+        if connection.get_transaction_status():
+            return await run(connection, statement, parameters)
+        for attempt in range(_STATEMENT_RETRIES + 1):
+            try:
+                return await run(connection, statement, parameters)
+            except errors.OperationalError as error:
+                if attempt == _STATEMENT_RETRIES or error_code(error) not in _RUN_AGAIN:
+                    raise
+            await asyncio.sleep(_STATEMENT_RETRY_BASE_S * 2**attempt * (0.5 + random.random()))
+        raise AssertionError("unreachable")  # pragma: no cover
 
 
 DRIVER: Final = MySQLDriver()
@@ -178,9 +242,11 @@ def _escaped_size(value: str | bytes) -> int:
 def session_setup(facts: ServerFacts) -> str:
     """The statement every connection of a store runs first (its ``init_command``)."""
     isolation = _ISOLATION_VARIABLE[facts.family]
+    # Causal reads on Galera: a node first applies what the cluster committed before.
+    causal = "SESSION wsrep_sync_wait = 1, " if facts.galera else ""
     return (
         f"SET SESSION sql_mode = '{_SQL_MODE}', SESSION time_zone = '+00:00', "
-        f"SESSION {isolation} = 'READ-COMMITTED', "
+        f"SESSION {isolation} = 'READ-COMMITTED', {causal}"
         f"NAMES utf8mb4 COLLATE {facts.collation}"
     )
 
@@ -212,7 +278,16 @@ async def open_connection(target: MySQLTarget, database: str | None) -> Connecti
 
 async def read_server_facts(connection: Connection) -> ServerFacts:
     row = await DRIVER.fetch_one(connection, SERVER_VERSION)
-    return server_facts(str(row[0]), int(row[1]))
+    wsrep = await DRIVER.fetch_one(connection, WSREP_ON)
+    galera = wsrep is not None and str(wsrep[1]).upper() == "ON"
+    return server_facts(str(row[0]), int(row[1]), galera)
+
+
+async def node_ready(connection: Connection) -> bool:
+    """Whether the server takes statements: always, but for a Galera node that is not
+    Synced in the primary component (``wsrep_ready`` OFF)."""
+    row = await DRIVER.fetch_one(connection, WSREP_READY)
+    return row is None or str(row[1]).upper() == "ON"
 
 
 async def open_pool(target: MySQLTarget, facts: ServerFacts) -> Pool:

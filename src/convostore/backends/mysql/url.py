@@ -2,15 +2,18 @@
 
 ``mysql://user:password@host:port/database?pool_max_size=20&ssl=verify_identity``
 (also ``mariadb://``; ``mysql+asyncmy://`` and ``mariadb+asyncmy://`` name the driver).
+Several hosts, ``mysql://user@host1:port1,host2:port2,host3:port3/database``, are the
+nodes of one Galera cluster in order of preference: the store uses the first that is
+up and ready, and moves to the next when that one is lost.
 """
 
 from __future__ import annotations
 
 import re
 import ssl as tls
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal, get_args
-from urllib.parse import unquote
+from urllib.parse import SplitResult, unquote
 
 from convostore.backends.urls import (
     POOL_OPTIONS,
@@ -95,12 +98,28 @@ class MySQLTarget:
     ssl_ca: str | None = None
     deadlock_retries: int = 5
     vector_search: VectorSearch = "cache"
+    # The other nodes of a Galera cluster the URL lists after ``host:port``, in order.
+    other_nodes: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def nodes(self) -> tuple[tuple[str, int], ...]:
+        """Every node the URL lists, in its order (one for a lone server)."""
+        return ((self.host, self.port), *self.other_nodes)
 
     @property
     def where(self) -> str:
         """The server and database, for messages (never the password)."""
-        place = self.unix_socket or f"{self.host}:{self.port}"
+        place = self.unix_socket or ",".join(f"{host}:{port}" for host, port in self.nodes)
         return f"MySQL {place}/{self.database}"
+
+    def on_node(self, node: tuple[str, int]) -> MySQLTarget:
+        """This target with ``node`` (one of `nodes`) first, the others after it in
+        their order."""
+        nodes = self.nodes
+        start = nodes.index(node)
+        host, port = node
+        rotated = nodes[start + 1 :] + nodes[:start]
+        return replace(self, host=host, port=port, other_nodes=rotated)
 
     def ssl_context(self) -> tls.SSLContext | None:
         """The TLS context the connections use, or None for none."""
@@ -125,8 +144,25 @@ def parse_mysql_url(url: str) -> MySQLTarget:
         raise InvalidArgumentError(
             f"a MySQL URL must name its database as [A-Za-z0-9_]{{1,64}}, not {database!r}"
         )
-    host, port, user, password = server_address(parts, DEFAULT_PORT, "MySQL")
-    target = MySQLTarget(host, port, user, password, database)
+    (host, port), *others = _nodes(parts)
+    first = parts._replace(netloc=parts.netloc.partition(",")[0])
+    _, _, user, password = server_address(first, DEFAULT_PORT, "MySQL")
+    target = MySQLTarget(host, port, user, password, database, other_nodes=tuple(others))
     target = with_options(target, parts.query, _OPTIONS, "the MySQL URL")
     check_pool(target.pool_min_size, target.pool_max_size)
+    if others and target.unix_socket is not None:
+        raise InvalidArgumentError("a MySQL URL with several hosts cannot name a unix_socket")
     return target
+
+
+def _nodes(parts: SplitResult) -> list[tuple[str, int]]:
+    """The host and port of each node the URL lists (``h1:p1,h2:p2``), in order."""
+    credentials, at, hosts = parts.netloc.rpartition("@")
+    nodes = []
+    for host in hosts.split(","):
+        one = parts._replace(netloc=f"{credentials}{at}{host}")
+        name, port, _, _ = server_address(one, DEFAULT_PORT, "MySQL")
+        nodes.append((name, port))
+    if len(set(nodes)) != len(nodes):
+        raise InvalidArgumentError("a MySQL URL lists the same host twice")
+    return nodes
