@@ -256,13 +256,14 @@ async def cluster_lock(connection: Connection, target: MySQLTarget) -> AsyncIter
             )
         await asyncio.sleep(CLUSTER_LOCK_POLL_S)
     lost: list[str] = []
-    renewing = asyncio.create_task(_renew(target, holder, lost))
+    # Told to stop, never cancelled: asyncmy may swallow a cancellation while it connects.
+    done = asyncio.Event()
+    renewing = asyncio.create_task(_renew(target, holder, lost, done))
     try:
         yield
     finally:
-        renewing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewing
+        done.set()
+        await renewing
         if connection.connected:
             await DRIVER.execute(connection, RELEASE_CLUSTER_LOCK, (holder,))
     if lost:
@@ -281,17 +282,18 @@ async def _took(connection: Connection, holder: str) -> bool:
     return False
 
 
-async def _renew(target: MySQLTarget, holder: str, lost: list[str]) -> None:
-    """Renew ``holder``'s lease every `RENEW_EVERY_S` on a connection of its own (the
-    holder's runs the migration) until cancelled; what went wrong goes to ``lost``."""
-    try:
-        connection = await open_connection(target, target.database)
-    except (errors.MySQLError, OSError) as error:
-        lost.append(f"the lease could not be renewed: {error}")
-        return
+async def _renew(target: MySQLTarget, holder: str, lost: list[str], done: asyncio.Event) -> None:
+    """Renew ``holder``'s lease every `RENEW_EVERY_S` until ``done``, on a connection of
+    its own (the holder's runs the migration), opened at the first renewal (most
+    migrations end before it); what went wrong goes to ``lost``."""
+    connection: Connection | None = None
     try:
         while True:
-            await asyncio.sleep(RENEW_EVERY_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), RENEW_EVERY_S)
+                return
+            if connection is None:
+                connection = await open_connection(target, target.database)
             renewed = await DRIVER.execute(connection, RENEW_CLUSTER_LOCK, (LEASE_S, holder))
             if renewed != 1:
                 lost.append("its lease ran out and another store took it")
@@ -299,7 +301,8 @@ async def _renew(target: MySQLTarget, holder: str, lost: list[str]) -> None:
     except (errors.MySQLError, OSError) as error:
         lost.append(f"the lease could not be renewed: {error}")
     finally:
-        connection.close()
+        if connection is not None:
+            connection.close()
 
 
 async def read_pending_migrations(target: MySQLTarget) -> list[str]:
