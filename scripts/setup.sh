@@ -42,6 +42,16 @@ if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
     echo "setup: install mariadb-server (Debian) for the MySQL backend's tests" >&2
   fi
 fi
+# Galera 4 beside it, and rsync (the state transfer a joining node uses), for the 3-node
+# MariaDB Galera cluster the galera tests start (tests/servers/galera.py).
+if [ ! -e /usr/lib/galera/libgalera_smm.so ] || ! command -v rsync >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends galera-4 rsync
+  else
+    echo "setup: install galera-4 and rsync (Debian) for the Galera tests" >&2
+  fi
+fi
 # MariaDB 11.8 (native vector index) beside it, unpacked from Debian trixie into .venv
 # for the mariadb11 tests (see the script).
 scripts/fetch_mariadb.sh

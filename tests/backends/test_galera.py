@@ -34,6 +34,7 @@ if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true
 
 from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, parse_mysql_url, schema
 from convostore.backends.mysql.connection import fetch_all, open_connection
+from convostore.backends.sql.migrate import migrate
 from convostore.backends.sql.steps import Query, Steps
 from tests.backends.support import served
 from tests.servers.galera import (
@@ -133,7 +134,6 @@ async def test_stores_opening_at_once_on_every_node_migrate_once(
     """Six stores, two on each node, open one new database at once: none fails, and each
     migration is applied (its version recorded) by one of them only."""
     recorded: list[int] = []
-    migrate = schema.migrate
 
     def counting(*arguments: Any) -> Steps[None]:
         steps = migrate(*arguments)
