@@ -23,6 +23,7 @@ from typing import Any, Final, Self
 
 from convostore._json import index_value
 from convostore._vectors import from_blobs, top_k
+from convostore.backends import decisions
 from convostore.backends.interface import Backend, Capabilities, DatabaseStats, SessionPage
 from convostore.backends.migrations import refuse_newer
 from convostore.backends.redis import codec
@@ -57,12 +58,7 @@ from convostore.backends.sql.vector_cache import (
 from convostore.backends.urls import target_of
 from convostore.errors import (
     EventIdConflictError,
-    InvalidArgumentError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StaleObjectError,
     StoreError,
-    UnknownUserError,
 )
 from convostore.filters import (
     EventFilter,
@@ -343,9 +339,8 @@ class RedisBackend(Backend):
         other = await self._claim(session.id, bucket)
         if other is not None:
             if await self._fcall(other, "get_session", session.id, write=False) is not None:
-                if if_absent:
-                    return None
-                raise SessionExistsError(f"session {session.id!r} already exists")
+                decisions.refuse_existing(session, if_absent)
+                return None
             await self._reclaim(session.id, other, bucket)
         if session.part_of is not None:
             parent_bucket = await self._locate(session.part_of)
@@ -363,10 +358,9 @@ class RedisBackend(Backend):
         reply = await self._fcall(bucket, "insert_session", _dumps(header), write=True)
         outcome = reply[0]
         if outcome == b"exists":
-            if if_absent:
-                return None
-            raise SessionExistsError(f"session {session.id!r} already exists")
-        _raise_refusal(reply, session.part_of)
+            decisions.refuse_existing(session, if_absent)
+            return None
+        _raise_refusal(reply, session)
         await self._insert_users(new.users_to_insert)
         return codec.read_session(reply[1])
 
@@ -375,7 +369,7 @@ class RedisBackend(Backend):
         assert part_of is not None
         bucket = await self._locate(part_of)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+            raise _no_holder(new)
         header = {
             "s": codec.session_document(new),
             "mode": "part",
@@ -386,10 +380,10 @@ class RedisBackend(Backend):
         if reply[0] == b"found":
             return codec.read_session(reply[1])
         if reply[0] == b"parent_missing":
-            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+            raise _no_holder(new)
         if reply[0] == b"exists":
-            raise SessionExistsError(f"session {new.session.id!r} already exists")
-        _raise_refusal(reply, part_of)
+            decisions.refuse_existing(new.session, False)
+        _raise_refusal(reply, new.session)
         await self._insert_users(new.users_to_insert)
         return codec.read_session(reply[1])
 
@@ -409,7 +403,7 @@ class RedisBackend(Backend):
     async def update_session(self, changes: SessionChanges) -> Session:
         bucket = await self._locate(changes.session_id)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {changes.session_id!r}")
+            raise decisions.missing_session(changes.session_id)
         header = {
             "id": changes.session_id,
             "expected": changes.expected_stamp,
@@ -421,21 +415,21 @@ class RedisBackend(Backend):
         }
         reply = await self._fcall(bucket, "update_session", _dumps(header), write=True)
         if reply[0] == b"missing":
-            raise SessionNotFoundError(f"no session {changes.session_id!r}")
+            raise decisions.missing_session(changes.session_id)
         if reply[0] == b"stale":
-            raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
+            raise decisions.stale_or_missing(changes.session_id, True)
         return codec.read_session(reply[1])
 
     async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         bucket = await self._locate(session_id)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         reply = await self._fcall(
             bucket, "set_title", session_id, "0" if title is None else "1", title or "", stamp,
             write=True,
         )  # fmt: skip
         if reply[0] == b"missing":
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         return codec.read_session(reply[1])
 
     async def delete_session(self, session_id: str) -> bool:
@@ -565,7 +559,7 @@ class RedisBackend(Backend):
         session_id = append.session_id
         bucket = await self._locate(session_id)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         header = {
             "ev": str(-1 if append.expected_version is None else append.expected_version),
             "missing": await self._missing_users(append.users_to_insert, append.required_user_ids),
@@ -581,10 +575,9 @@ class RedisBackend(Backend):
         outcome = reply[0]
         if outcome == b"missing":
             self._directory.pop(session_id, None)
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         if outcome == b"users":
-            missing = json.loads(reply[1])
-            raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+            raise decisions.unknown_users(json.loads(reply[1]))
         if outcome == b"stale":
             return AppendOutcome(applied=False)
         if outcome == b"replay":
@@ -1005,18 +998,29 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _raise_refusal(reply: Sequence[Any], part_of: str | None) -> None:
-    """Raise what refused an insert; return when it was applied."""
+def _raise_refusal(reply: Sequence[Any], session: Session) -> None:
+    """Raise what refused inserting ``session`` (the function's reply names it; the
+    errors are `decisions`'); return when it was applied."""
     outcome = reply[0]
     if outcome in (b"ok", b"found"):
         return
     if outcome == b"users":
-        missing = json.loads(reply[1])
-        raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
-    if outcome == b"parent_missing":
-        raise SessionNotFoundError(f"part_of names no session: {part_of!r}")
-    if outcome == b"parent_is_part":
-        raise InvalidArgumentError("part_of must name a top-level session")
-    if outcome == b"parent_owner":
-        raise InvalidArgumentError("part_of must name a session with the same owner")
+        raise decisions.unknown_users(json.loads(reply[1]))
+    # The parent as the function found it: (its owner, what it is a part of).
+    parents: dict[bytes, tuple[object, object] | None] = {
+        b"parent_missing": None,
+        b"parent_is_part": (session.owner_id, session.part_of),
+        b"parent_owner": (object(), None),
+    }
+    if outcome in parents:
+        decisions.check_parent(session, parents[outcome])
     raise StoreError(f"unexpected reply from the Redis function: {outcome!r}")
+
+
+def _no_holder(new: NewSession) -> StoreError:
+    """The error for a part whose parent is missing, as `decisions` words it."""
+    try:
+        decisions.owned_by_parent(new, None)
+    except StoreError as error:
+        return error
+    raise AssertionError("a missing parent is always refused")
