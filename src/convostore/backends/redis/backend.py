@@ -122,6 +122,8 @@ class RedisBackend(Backend):
         # Without vector sets: each bucket's vectors, as its change feed says.
         self._caches: dict[int, VectorCache] = {}
         self._cache_turn: asyncio.Lock | None = None
+        # How a vector search over more than one session ranks: "vector sets" (Redis
+        # 8), "vector cache" (no vector sets) or "scan" (the URL's ``vectors=scan``).
         self.vector_search_path = "vector sets"
 
     # ---------------------------------------------------------------- lifecycle
@@ -133,10 +135,13 @@ class RedisBackend(Backend):
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
         try:
             await backend.nodes.connect()
-            if not backend.nodes.vector_sets:
+            if backend.target.vectors == "scan":
+                backend.vector_search_path = "scan"
+            elif not backend.nodes.vector_sets:
                 backend.vector_search_path = "vector cache"
             backend.capabilities = dataclasses.replace(
-                backend.capabilities, native_vector_index=backend.nodes.vector_sets
+                backend.capabilities,
+                native_vector_index=backend.vector_search_path == "vector sets",
             )
             if not await backend._read_meta():
                 await backend.nodes.call(
@@ -794,13 +799,14 @@ class RedisBackend(Backend):
         buckets = await self._scope_buckets(scope)
         if buckets == []:
             return []
-        scanned = scope.session_id is not None or query.model is None
-        if scanned or (self.nodes.vector_sets and query.metric != "cosine"):
+        path = self.vector_search_path
+        scanned = path == "scan" or scope.session_id is not None or query.model is None
+        if scanned or (path == "vector sets" and query.metric != "cosine"):
             # Vector sets rank by cosine only; a euclidean index is scanned.
             found = await self._in_buckets(buckets, "vector_scan", *self._scan_args(query))
             exact = [(b, item[1], item[0], item[2]) for b, reply in found for item in reply]
             return await self._ranked(query, exact, [])
-        if self.nodes.vector_sets:
+        if path == "vector sets":
             return await self._ranked(query, *await self._from_vector_sets(query, buckets))
         return await self._ranked(query, await self._from_cache(query, buckets), [])
 
@@ -841,12 +847,14 @@ class RedisBackend(Backend):
         key = (query.model, len(query.vector))
         if self._cache_turn is None:
             self._cache_turn = asyncio.Lock()
-        positions = await self.nodes.fan_out(
-            [(self._fence(b), self._command(b, "feed_position")) for b in targets], write=False
-        )
         shortlisted: dict[int, list[int]] = {}
         rescan: list[int] = []
         async with self._cache_turn:
+            # Read under the turn: no other search brings a table past these positions.
+            positions = await self.nodes.fan_out(
+                [(self._fence(b), self._command(b, "feed_position")) for b in targets],
+                write=False,
+            )
             for bucket, (change, pruned) in zip(targets, positions, strict=True):
                 cache = self._caches.setdefault(bucket, VectorCache())
                 answer = _FeedAnswers(self, bucket, Position(0, int(change), int(pruned)))

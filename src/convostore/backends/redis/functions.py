@@ -126,8 +126,8 @@ local function vector_written(p, owner, session, seq, letter, model, blob, old_w
     redis.call('VREM', vset_key(p, old_width, old_model), ref)
   end
   local attributes = '{"o":' .. owner_code(p, owner, true) .. ',"r":' .. ROLE_NUMBERS[letter] .. '}'
-  -- Checked before: a float32 vector of its key's width. Should the set still refuse
-  -- it, the exact scan finds it (a short answer falls back to it).
+  -- A float32 vector of its key's width, which no known case refuses (a zero vector is
+  -- taken); pcall, as an error here would not undo the writes before it.
   redis.pcall('VADD', key, 'FP32', blob, ref, 'SETATTR', attributes)
 end
 
