@@ -10,8 +10,14 @@ script starts (tests/servers/redis.py: AOF with appendfsync always on every node
 3. Listing (a page of 20 of one owner's 1,000 sessions, page 1 and page 50) and the
    last-20 window of a 2,000-event log, on one server, and the same on the PostgreSQL
    backend (a durable server of tests/servers/postgresql.py) on this machine.
+4. Vector search over 20,000 vectors of 256 dimensions (20 owners, in clusters as
+   embeddings are), unscoped and scoped to one owner, k=10: p50 and recall@10 against
+   the exact answer, by the scan (``vectors=scan``, as before) and by the vector sets
+   (Redis 8) on one server and on the cluster, and by the vector cache on a Valkey
+   cluster (``--skip-valkey`` to leave it out).
 
     .venv/bin/python benchmarks/redis_bench.py [--appends N] [--skip-cluster]
+        [--skip-postgresql] [--skip-valkey] [--vectors N] [--only-vectors]
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 import convostore
 from convostore import EventFilter, MessageWrite, PageRequest, Role, Store, User
+from convostore.testing.populated import NamedHashingEmbedder
 
 AUTHOR = User("ada", "Ada")
 CONTENT = "What is the capital of France? Answer in one word, please."
@@ -136,34 +146,136 @@ async def memory_per_million(url: str, messages: int) -> float:
         await store.close()
 
 
+VECTOR_OWNERS = 20
+VECTOR_WIDTH = 256
+
+
+class VectorData:
+    """Vectors around 200 centres (as embeddings of related texts are), their owners,
+    and queries near the same centres."""
+
+    def __init__(self, count: int, queries: int = 30) -> None:
+        rng = np.random.default_rng(26)
+        centres = rng.normal(size=(200, VECTOR_WIDTH))
+        near = centres[rng.integers(0, 200, count)]
+        self.vectors = (near + 0.6 * rng.normal(size=(count, VECTOR_WIDTH))).astype(np.float32)
+        self.owners = [f"vo{n % VECTOR_OWNERS}" for n in range(count)]
+        asked = centres[rng.integers(0, 200, queries)]
+        self.queries = (asked + 0.6 * rng.normal(size=(queries, VECTOR_WIDTH))).astype(np.float32)
+        self.unit = self.vectors / np.linalg.norm(self.vectors, axis=1)[:, None]
+
+    def truth(self, query: npt.NDArray[np.float32], owner: str | None) -> set[int]:
+        scores = self.unit @ (query / np.linalg.norm(query))
+        if owner is not None:
+            scores = np.where(np.array(self.owners) == owner, scores, -np.inf)
+        return {int(i) for i in np.argsort(-scores, kind="stable")[:10]}
+
+
+def vector_model() -> NamedHashingEmbedder:
+    """An embedder that declares the index (width 256, model "m"); the vectors are given."""
+    return NamedHashingEmbedder("m", VECTOR_WIDTH)
+
+
+async def load_vectors(url: str, data: VectorData) -> None:
+    store = await convostore.connect(url, embedder=vector_model())
+    try:
+        by_owner: dict[str, list[int]] = {}
+        for index, owner in enumerate(data.owners):
+            by_owner.setdefault(owner, []).append(index)
+        for owner, indexes in by_owner.items():
+            for start in range(0, len(indexes), 100):
+                session = await store.create_session(User(owner, owner))
+                writes = [
+                    MessageWrite(
+                        Role.USER, f"v{i}", embedding=data.vectors[i].tolist(), embedding_model="m"
+                    )
+                    for i in indexes[start : start + 100]
+                ]
+                await store.append_events(session.id, writes, 0)
+    finally:
+        await store.close()
+
+
+async def vector_search(url: str, data: VectorData) -> dict[str, tuple[float, float]]:
+    """Scope -> (p50 ms, recall@10) of the queries."""
+    store = await convostore.connect(url, embedder=vector_model())
+    results: dict[str, tuple[float, float]] = {}
+    try:
+        for scope, owner in (("unscoped", None), ("one owner", "vo3")):
+            samples, found = [], 0
+            await store.search(vector=data.queries[0].tolist(), k=10, owner_id=owner)  # warm
+            for query in data.queries:
+                started = time.perf_counter()
+                hits = await store.search(vector=query.tolist(), k=10, owner_id=owner)
+                samples.append(time.perf_counter() - started)
+                found += len({int(h.message.content[1:]) for h in hits} & data.truth(query, owner))
+            results[scope] = (
+                statistics.median(samples) * 1000,
+                found / (10 * len(data.queries)),
+            )
+    finally:
+        await store.close()
+    return results
+
+
+async def vector_rows(label: str, url: str, data: VectorData, after: str) -> None:
+    """The scan (before) and ``after`` on the same data, in one run."""
+    started = time.perf_counter()
+    await load_vectors(url + "&fsync=no", data)
+    print(f"{label}: {len(data.owners):,} vectors loaded in {time.perf_counter() - started:.1f} s")
+    for path, option in (("scan", "&vectors=scan"), (after, "")):
+        for scope, (p50, recall) in (await vector_search(url + option, data)).items():
+            row = f"{label}, vector search {scope} by {path}"
+            print(f"{row}: p50 {p50:.2f} ms, recall@10 {recall:.3f}")
+
+
+async def one_server(url: str, arguments: argparse.Namespace) -> None:
+    for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
+        rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
+        print(f"one server, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    for buckets in (64, 1024):
+        ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
+        print(f"one server, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+    per_million = await memory_per_million(url + "_memory", 20_000)
+    print(f"one server: {per_million / 2**30:.2f} GiB per million messages of 60 characters")
+    first, fiftieth, window = await reads(url + "_reads")
+    print(
+        f"one server: listing page 1 {first:.2f} ms, page 50 {fiftieth:.2f} ms, "
+        f"last-20 of 2,000 events {window:.2f} ms"
+    )
+
+
+async def on_cluster(url: str, arguments: argparse.Namespace) -> None:
+    for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
+        rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
+        print(f"3x1 cluster, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    for buckets in (64, 1024):
+        ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
+        print(f"3x1 cluster, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--appends", type=int, default=20, help="per conversation")
     parser.add_argument("--skip-cluster", action="store_true")
     parser.add_argument("--skip-postgresql", action="store_true")
+    parser.add_argument("--skip-valkey", action="store_true")
+    parser.add_argument("--only-vectors", action="store_true", help="only the vector rows")
+    parser.add_argument("--vectors", type=int, default=20_000)
     arguments = parser.parse_args()
     from tests.servers.redis import RedisCluster, RedisServer
 
+    data = VectorData(arguments.vectors)
     single = RedisServer()
     single.start()
     try:
         url = single.url("bench")
-        for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
-            rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
-            print(f"one server, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-        for buckets in (64, 1024):
-            ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
-            print(f"one server, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
-        per_million = await memory_per_million(url + "_memory", 20_000)
-        print(f"one server: {per_million / 2**30:.2f} GiB per million messages of 60 characters")
-        first, fiftieth, window = await reads(url + "_reads")
-        print(
-            f"one server: listing page 1 {first:.2f} ms, page 50 {fiftieth:.2f} ms, "
-            f"last-20 of 2,000 events {window:.2f} ms"
-        )
+        await vector_rows("one server", url + "_vectors", data, "vector sets")
+        if not arguments.only_vectors:
+            await one_server(url, arguments)
     finally:
         single.stop()
-    if not arguments.skip_postgresql:
+    if not arguments.skip_postgresql and not arguments.only_vectors:
         from tests.servers.postgresql import PostgresServer
 
         with PostgresServer(durable=True) as postgres:
@@ -172,22 +284,24 @@ async def main() -> None:
                 f"PostgreSQL: listing page 1 {first:.2f} ms, page 50 {fiftieth:.2f} ms, "
                 f"last-20 of 2,000 events {window:.2f} ms"
             )
-    if arguments.skip_cluster:
-        return
-    cluster = RedisCluster()
-    cluster.start()
-    try:
-        url = cluster.url("bench")
-        for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
-            rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
-            print(
-                f"3x1 cluster, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms"
-            )
-        for buckets in (64, 1024):
-            ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
-            print(f"3x1 cluster, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
-    finally:
-        cluster.stop()
+    if not arguments.skip_cluster:
+        cluster = RedisCluster()
+        cluster.start()
+        try:
+            url = cluster.url("bench")
+            await vector_rows("3x1 cluster", url + "_vectors", data, "vector sets")
+            if not arguments.only_vectors:
+                await on_cluster(url, arguments)
+        finally:
+            cluster.stop()
+    if not arguments.skip_valkey:
+        valkey = RedisCluster(flavor="valkey")
+        valkey.start()
+        try:
+            url = valkey.url("bench")
+            await vector_rows("3x1 Valkey cluster", url + "_vectors", data, "vector cache")
+        finally:
+            valkey.stop()
 
 
 if __name__ == "__main__":

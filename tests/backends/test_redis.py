@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import random
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from redis.crc import key_slot
@@ -27,7 +29,9 @@ from convostore import (
     BackendUnavailableError,
     EventWrite,
     InvalidArgumentError,
+    MessageWrite,
     PageRequest,
+    Role,
     SchemaVersionError,
     Store,
     User,
@@ -41,7 +45,14 @@ from convostore.backends import pending_migrations
 from convostore.backends.redis import RedisBackend
 from convostore.backends.redis.functions import function
 from convostore.backends.redis.url import parse_redis_url
-from tests.servers.redis import RedisCluster, RedisServer, shared_server
+from convostore.testing.populated import NamedHashingEmbedder
+from tests.servers.redis import (
+    RedisCluster,
+    RedisServer,
+    TestServer,
+    shared_server,
+    shared_valkey_cluster,
+)
 from tests.servers.shared import ServerUnavailable
 
 _namespaces = itertools.count(1)
@@ -400,3 +411,98 @@ async def test_durability_waits_cost_milliseconds_not_a_second(cluster_store: St
         await cluster_store.append_event(session.id, EventWrite("APP.TICK", id=f"e{number}"))
     # A lone WAITAOF 1 1 waits for the replica's once-a-second report: 20 s here.
     assert time.monotonic() - started < 5.0
+
+
+# ---------------------------------------------------------------------------- vector search
+
+
+@pytest.fixture(params=["redis", "valkey_cluster"])
+def search_server(request: pytest.FixtureRequest) -> TestServer:
+    """One Redis 8 server (vector sets), a Valkey cluster (none: the vector cache)."""
+    try:
+        return shared_server() if request.param == "redis" else shared_valkey_cluster()
+    except ServerUnavailable as why:
+        server_unavailable(request.param, str(why))
+
+
+def _vectors(rng: random.Random, count: int, width: int) -> list[list[float]]:
+    return [[rng.gauss(0.0, 1.0) for _ in range(width)] for _ in range(count)]
+
+
+async def _same_search(backend: Store, reference: Store, **query: Any) -> None:
+    """The backend's hits are the reference's top k by exact score, in order."""
+    got = await backend.search(mode="vector", **query)
+    want = await reference.search(mode="vector", **{**query, "k": 1000})
+    assert want, f"nothing to find for {query}: this proves nothing"
+    scores = {hit.message.content: hit.score for hit in want}
+    k = query["k"]
+    assert [hit.score for hit in got] == pytest.approx([h.score for h in want[:k]], abs=1e-5)
+    for hit in got:
+        assert hit.score == pytest.approx(scores[hit.message.content], abs=1e-5)
+
+
+async def test_vector_search_on_a_populated_database_answers_as_the_exact_scan(
+    search_server: TestServer,
+) -> None:
+    """Other owners' vectors, of the model and of another, in buckets large enough that
+    a vector set (or the cache) ranks them: every scope answers as the reference, before
+    and after a re-embedding to a new width, an append and a deletion."""
+    rng = random.Random(26)
+    url = search_server.url(_namespace()) + "&buckets=2"
+    backend = await convostore.connect(url, embedder=NamedHashingEmbedder("m1", 16))
+    reference = await convostore.connect("memory://", embedder=NamedHashingEmbedder("m1", 16))
+    stores = (backend, reference)
+    try:
+        assert isinstance(backend.backend, RedisBackend)
+        native = not url.startswith("valkey")
+        assert backend.backend.vector_search_path == ("vector sets" if native else "vector cache")
+        assert backend.capabilities.native_vector_index is native
+        crowd, few, other = User("crowd", "Crowd"), User("few", "Few"), User("other", "Other")
+        sessions: dict[Store, list[str]] = {store: [] for store in stores}
+        plan = [(crowd, 100, "m1", 16)] * 6 + [(few, 8, "m1", 16)] + [(other, 100, "m0", 24)] * 2
+        for number, (owner, count, model, width) in enumerate(plan):
+            writes = [
+                MessageWrite(
+                    Role.USER if i % 3 else Role.ASSISTANT,
+                    f"{owner.id} {number} says {i}",
+                    embedding=vector,
+                    embedding_model=model,
+                )
+                for i, vector in enumerate(_vectors(rng, count, width))
+            ]
+            for store in stores:
+                session = await store.create_session(owner)
+                sessions[store].append(session.id)
+                assert await store.append_events(session.id, writes, 0)
+
+        async def compare(width: int) -> None:
+            for vector in _vectors(rng, 3, width):
+                for scope in ({}, {"owner_id": "crowd"}, {"owner_id": "few"}):
+                    await _same_search(backend, reference, vector=vector, k=10, **scope)
+                await _same_search(
+                    backend, reference, vector=vector, k=5, owner_id="crowd", roles=["assistant"]
+                )
+                # Another model's vectors are searched once re-embedded, never before.
+                if width == 24:
+                    await _same_search(backend, reference, vector=vector, k=10, owner_id="other")
+                else:
+                    assert not await backend.search(vector=vector, k=10, owner_id="other")
+
+        await compare(16)
+        caches = backend.backend._caches.values()
+        # The cache holds the vectors it ranked (not every search fell back to a scan).
+        assert native or any(c.table is not None and c.table.count > 256 for c in caches)
+        for store in stores:
+            await store.reembed(NamedHashingEmbedder("m2", 24))
+        await compare(24)
+        for store in stores:
+            await store.add_message(sessions[store][6], MessageWrite(Role.USER, "few says more"))
+            assert await store.delete_session(sessions[store][0])
+        await compare(24)
+        await _same_search(
+            backend, reference, vector=NamedHashingEmbedder("m2", 24).embed_one("few says more"),
+            k=3, owner_id="few",
+        )  # fmt: skip
+    finally:
+        await backend.close()
+        await reference.close()

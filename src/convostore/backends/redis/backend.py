@@ -12,6 +12,8 @@ every bucket, one pipeline per master, and merges.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import zlib
 from collections.abc import Iterable, Sequence
@@ -21,6 +23,7 @@ from typing import Any, Final, Self
 
 from convostore._json import index_value
 from convostore._vectors import from_blobs, top_k
+from convostore.backends import decisions
 from convostore.backends.interface import Backend, Capabilities, DatabaseStats, SessionPage
 from convostore.backends.migrations import refuse_newer
 from convostore.backends.redis import codec
@@ -39,15 +42,23 @@ from convostore.backends.spi import (
     VectorQuery,
 )
 from convostore.backends.sql.values import vector_blob
+from convostore.backends.sql.vector_cache import (
+    Changes,
+    ChangesAfter,
+    CountVectors,
+    Position,
+    ReadPosition,
+    Request,
+    SessionsOf,
+    VectorCache,
+    VectorRow,
+    VectorsAfter,
+    VectorsOf,
+)
 from convostore.backends.urls import target_of
 from convostore.errors import (
     EventIdConflictError,
-    InvalidArgumentError,
-    SessionExistsError,
-    SessionNotFoundError,
-    StaleObjectError,
     StoreError,
-    UnknownUserError,
 )
 from convostore.filters import (
     EventFilter,
@@ -75,6 +86,19 @@ SCHEMA_VERSION: Final = 1
 _READ_CHUNK: Final = 256
 # Session ids whose bucket this process remembers (entries are written once).
 _DIRECTORY_CACHE: Final = 100_000
+# A bucket's vector set of at most this many vectors is scanned instead (as cheap).
+_SCANNED_UP_TO: Final = 256
+
+_Scanned = tuple[int, bytes, bytes, bytes]
+"""A vector found: its bucket, session id, seq and stored float32 vector."""
+_Shortlisted = tuple[int, bytes, bytes, float]
+"""A vector a vector set gave: its bucket, session id, seq and its similarity there."""
+
+
+def _candidates(k: int) -> int:
+    """How many a vector set gives for a top ``k``, ranked again by the stored vectors:
+    enough that its quantised order does not change the exact top ``k``."""
+    return max(2 * k, k + 32)
 
 
 class RedisBackend(Backend):
@@ -95,6 +119,12 @@ class RedisBackend(Backend):
         self._known_users: set[str] = set()
         # Message id -> bucket, as pending_embeddings found them (for set_embeddings).
         self._message_buckets: dict[str, int] = {}
+        # Without vector sets: each bucket's vectors, as its change feed says.
+        self._caches: dict[int, VectorCache] = {}
+        self._cache_turn: asyncio.Lock | None = None
+        # How a vector search over more than one session ranks: "vector sets" (Redis
+        # 8), "vector cache" (no vector sets) or "scan" (the URL's ``vectors=scan``).
+        self.vector_search_path = "vector sets"
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -105,6 +135,14 @@ class RedisBackend(Backend):
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
         try:
             await backend.nodes.connect()
+            if backend.target.vectors == "scan":
+                backend.vector_search_path = "scan"
+            elif not backend.nodes.vector_sets:
+                backend.vector_search_path = "vector cache"
+            backend.capabilities = dataclasses.replace(
+                backend.capabilities,
+                native_vector_index=backend.vector_search_path == "vector sets",
+            )
             if not await backend._read_meta():
                 await backend.nodes.call(
                     backend._meta,
@@ -148,6 +186,7 @@ class RedisBackend(Backend):
         return True
 
     async def close(self) -> None:
+        self._caches.clear()
         await self.nodes.close()
 
     # ---------------------------------------------------------------- keys and calls
@@ -161,8 +200,14 @@ class RedisBackend(Backend):
     def _directory_key(self, session_id: str) -> bytes:
         return f"{self._base}d:{{{session_id}}}".encode()
 
+    def _fence(self, bucket: int) -> bytes:
+        return self._prefix(bucket) + b"fence"
+
+    def _command(self, bucket: int, name: str, *args: Any) -> tuple[Any, ...]:
+        return ("FCALL", function(name), 1, self._fence(bucket), *args)
+
     async def _fcall(self, bucket: int, name: str, *args: Any, write: bool) -> Any:
-        key = self._prefix(bucket) + b"fence"
+        key = self._fence(bucket)
         [reply] = await self.nodes.call(
             key, [("FCALL", function(name), 1, key, *args)], write=write
         )
@@ -299,9 +344,8 @@ class RedisBackend(Backend):
         other = await self._claim(session.id, bucket)
         if other is not None:
             if await self._fcall(other, "get_session", session.id, write=False) is not None:
-                if if_absent:
-                    return None
-                raise SessionExistsError(f"session {session.id!r} already exists")
+                decisions.refuse_existing(session, if_absent)
+                return None
             await self._reclaim(session.id, other, bucket)
         if session.part_of is not None:
             parent_bucket = await self._locate(session.part_of)
@@ -319,10 +363,9 @@ class RedisBackend(Backend):
         reply = await self._fcall(bucket, "insert_session", _dumps(header), write=True)
         outcome = reply[0]
         if outcome == b"exists":
-            if if_absent:
-                return None
-            raise SessionExistsError(f"session {session.id!r} already exists")
-        _raise_refusal(reply, session.part_of)
+            decisions.refuse_existing(session, if_absent)
+            return None
+        _raise_refusal(reply, session)
         await self._insert_users(new.users_to_insert)
         return codec.read_session(reply[1])
 
@@ -331,7 +374,7 @@ class RedisBackend(Backend):
         assert part_of is not None
         bucket = await self._locate(part_of)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+            raise _no_holder(new)
         header = {
             "s": codec.session_document(new),
             "mode": "part",
@@ -342,10 +385,10 @@ class RedisBackend(Backend):
         if reply[0] == b"found":
             return codec.read_session(reply[1])
         if reply[0] == b"parent_missing":
-            raise SessionNotFoundError(f"no session {part_of!r} to hold a part")
+            raise _no_holder(new)
         if reply[0] == b"exists":
-            raise SessionExistsError(f"session {new.session.id!r} already exists")
-        _raise_refusal(reply, part_of)
+            decisions.refuse_existing(new.session, False)
+        _raise_refusal(reply, new.session)
         await self._insert_users(new.users_to_insert)
         return codec.read_session(reply[1])
 
@@ -365,7 +408,7 @@ class RedisBackend(Backend):
     async def update_session(self, changes: SessionChanges) -> Session:
         bucket = await self._locate(changes.session_id)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {changes.session_id!r}")
+            raise decisions.missing_session(changes.session_id)
         header = {
             "id": changes.session_id,
             "expected": changes.expected_stamp,
@@ -377,21 +420,21 @@ class RedisBackend(Backend):
         }
         reply = await self._fcall(bucket, "update_session", _dumps(header), write=True)
         if reply[0] == b"missing":
-            raise SessionNotFoundError(f"no session {changes.session_id!r}")
+            raise decisions.missing_session(changes.session_id)
         if reply[0] == b"stale":
-            raise StaleObjectError(f"session {changes.session_id!r} was written since it was read")
+            raise decisions.stale_or_missing(changes.session_id, True)
         return codec.read_session(reply[1])
 
     async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
         bucket = await self._locate(session_id)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         reply = await self._fcall(
             bucket, "set_title", session_id, "0" if title is None else "1", title or "", stamp,
             write=True,
         )  # fmt: skip
         if reply[0] == b"missing":
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         return codec.read_session(reply[1])
 
     async def delete_session(self, session_id: str) -> bool:
@@ -521,7 +564,7 @@ class RedisBackend(Backend):
         session_id = append.session_id
         bucket = await self._locate(session_id)
         if bucket is None:
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         header = {
             "ev": str(-1 if append.expected_version is None else append.expected_version),
             "missing": await self._missing_users(append.users_to_insert, append.required_user_ids),
@@ -537,10 +580,9 @@ class RedisBackend(Backend):
         outcome = reply[0]
         if outcome == b"missing":
             self._directory.pop(session_id, None)
-            raise SessionNotFoundError(f"no session {session_id!r}")
+            raise decisions.missing_session(session_id)
         if outcome == b"users":
-            missing = json.loads(reply[1])
-            raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
+            raise decisions.unknown_users(json.loads(reply[1]))
         if outcome == b"stale":
             return AppendOutcome(applied=False)
         if outcome == b"replay":
@@ -749,33 +791,145 @@ class RedisBackend(Backend):
         return [(b, await self._fcall(b, name, *args, write=False)) for b in buckets]
 
     async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+        """One session's vectors are scanned; a wider scope asks each bucket's vector
+        set (Redis 8) or this process's cache of each bucket's vectors, kept current by
+        the bucket's change feed (no vector sets). Either only shortlists: the hits are
+        ranked by their stored vectors, exactly, as `top_k` scores them."""
         scope = query.scope
         buckets = await self._scope_buckets(scope)
-        width = len(query.vector)
+        if buckets == []:
+            return []
+        path = self.vector_search_path
+        scanned = path == "scan" or scope.session_id is not None or query.model is None
+        if scanned or (path == "vector sets" and query.metric != "cosine"):
+            # Vector sets rank by cosine only; a euclidean index is scanned.
+            found = await self._in_buckets(buckets, "vector_scan", *self._scan_args(query))
+            exact = [(b, item[1], item[0], item[2]) for b, reply in found for item in reply]
+            return await self._ranked(query, exact, [])
+        if path == "vector sets":
+            return await self._ranked(query, *await self._from_vector_sets(query, buckets))
+        return await self._ranked(query, await self._from_cache(query, buckets), [])
+
+    def _scan_args(self, query: VectorQuery) -> list[Any]:
+        scope = query.scope
+        return [
+            scope.owner_id or "", scope.session_id or "", codec.role_letters(scope.roles),
+            query.model or "", len(query.vector) * 4,
+        ]  # fmt: skip
+
+    async def _from_vector_sets(
+        self, query: VectorQuery, buckets: list[int] | None
+    ) -> tuple[list[_Scanned], list[_Shortlisted]]:
+        scope = query.scope
         found = await self._in_buckets(
-            buckets, "vector_scan", scope.owner_id or "", scope.session_id or "",
-            codec.role_letters(scope.roles), query.model or "", width * 4,
+            buckets, "vector_ann", scope.owner_id or "", codec.role_letters(scope.roles),
+            query.model or "", len(query.vector), query.k, _candidates(query.k),
+            vector_blob(query.vector), _SCANNED_UP_TO,
         )  # fmt: skip
-        refs = [(bucket, item[1], item[0]) for bucket, reply in found for item in reply]
+        exact: list[_Scanned] = []
+        near: list[_Shortlisted] = []
+        for bucket, reply in found:
+            if reply[0] == b"scan":
+                exact.extend((bucket, item[1], item[0], item[2]) for item in reply[1])
+            else:
+                items = reply[1:]
+                near.extend(
+                    (bucket, items[i + 1], items[i], float(items[i + 2]))
+                    for i in range(0, len(items), 3)
+                )
+        return exact, near
+
+    async def _from_cache(self, query: VectorQuery, buckets: list[int] | None) -> list[_Scanned]:
+        """The shortlist of each bucket's cached vectors (see `vector_cache`), with their
+        stored vectors; a bucket whose cache is ahead of what it reads is scanned."""
+        scope = query.scope
+        targets = list(range(self.buckets)) if buckets is None else buckets
+        key = (query.model, len(query.vector))
+        if self._cache_turn is None:
+            self._cache_turn = asyncio.Lock()
+        shortlisted: dict[int, list[int]] = {}
+        rescan: list[int] = []
+        async with self._cache_turn:
+            # Read under the turn: no other search brings a table past these positions.
+            positions = await self.nodes.fan_out(
+                [(self._fence(b), self._command(b, "feed_position")) for b in targets],
+                write=False,
+            )
+            for bucket, (change, pruned) in zip(targets, positions, strict=True):
+                cache = self._caches.setdefault(bucket, VectorCache())
+                answer = _FeedAnswers(self, bucket, Position(0, int(change), int(pruned)))
+                rowids = await cache.shortlisted_async(
+                    answer, key, query.vector, query.metric, query.k, scope.owner_id, None,
+                    scope.roles,
+                )  # fmt: skip
+                if rowids is None:
+                    rescan.append(bucket)
+                elif len(rowids):
+                    shortlisted[bucket] = [int(rowid) for rowid in rowids]
+        width = len(query.vector) * 4
+        rows = await self.nodes.fan_out(
+            [
+                (
+                    self._fence(b),
+                    self._command(b, "feed_rows_of", query.model or "", width, len(ids), *ids),
+                )
+                for b, ids in shortlisted.items()
+            ],
+            write=False,
+        )
+        exact: list[_Scanned] = [
+            (bucket, row[2], row[4], row[1])
+            for bucket, reply in zip(shortlisted, rows, strict=True)
+            for row in reply
+        ]
+        if rescan:
+            found = await self._in_buckets(rescan, "vector_scan", *self._scan_args(query))
+            exact += [(b, item[1], item[0], item[2]) for b, reply in found for item in reply]
+        return exact
+
+    async def _ranked(
+        self, query: VectorQuery, exact: list[_Scanned], near: list[_Shortlisted]
+    ) -> list[SearchHit]:
+        """The ``query.k`` best of the vectors ``exact`` and of the best of ``near``
+        (by the similarity a vector set gave them), scored by their stored vectors."""
+        width = len(query.vector)
+        refs = [(b, session, seq) for b, session, seq, _ in exact]
+        if len(refs) > query.k:
+            ranked = top_k(
+                query.vector, from_blobs([item[3] for item in exact], width), query.metric, query.k
+            )
+            refs = [refs[row] for row, _ in ranked]
+        near.sort(key=lambda item: -item[3])
+        refs += [(b, session, seq) for b, session, seq, _ in near[: _candidates(query.k)]]
         if not refs:
             return []
-        blobs = [item[2] for _, reply in found for item in reply]
-        ranked = top_k(query.vector, from_blobs(blobs, width), query.metric, query.k)
         by_bucket: dict[int, list[Any]] = {}
-        for row, _ in ranked:
-            bucket, session, seq = refs[row]
+        for bucket, session, seq in refs:
             by_bucket.setdefault(bucket, []).extend((session, seq))
+        replies = await self.nodes.fan_out(
+            [
+                (self._fence(b), self._command(b, "read_refs", *args))
+                for b, args in by_bucket.items()
+            ],
+            write=False,
+        )
         events: dict[tuple[bytes, bytes], Event] = {}
-        for bucket, args in by_bucket.items():
-            stored = await self._fcall(bucket, "read_refs", *args, write=False)
+        blobs: dict[tuple[bytes, bytes], bytes] = {}
+        for args, stored in zip(by_bucket.values(), replies, strict=True):
             for session, stored_event in zip(args[0::2], stored, strict=True):
-                events[(session, str(stored_event[0]).encode())] = codec.read_event(
-                    session.decode(), stored_event
-                )
+                blob, model = stored_event[4], stored_event[5]
+                if stored_event[1] is None or blob is None or len(blob) != 4 * width:
+                    continue  # deleted, or re-embedded to another width, since
+                if query.model is not None and model != query.model.encode():
+                    continue
+                ref = (session, str(stored_event[0]).encode())
+                events[ref] = codec.read_event(session.decode(), stored_event)
+                blobs[ref] = blob
+        order = list(blobs)
+        ranked = top_k(query.vector, from_blobs(list(blobs.values()), width), query.metric, query.k)
         hits = []
         for row, score in ranked:
-            _, session, seq = refs[row]
-            event = events.get((session, seq))
+            event = events[order[row]]
             if isinstance(event, Message):
                 hits.append(SearchHit(event, score))
         return hits
@@ -797,6 +951,53 @@ class RedisBackend(Backend):
         return hits[: query.k]
 
 
+class _FeedAnswers:
+    """What a bucket answers its vector cache's requests with (see `vector_cache`): its
+    functions ``feed_*``, each call one snapshot of the bucket. Successive calls are
+    not one snapshot: what changed between them is in the feed after the position the
+    cache records, so it is read again at the next search."""
+
+    def __init__(self, backend: RedisBackend, bucket: int, position: Position) -> None:
+        self.backend = backend
+        self.bucket = bucket
+        self.position = position
+
+    async def __call__(self, request: Request) -> Any:
+        call, bucket = self.backend._fcall, self.bucket
+        if isinstance(request, ReadPosition):
+            return self.position
+        if isinstance(request, CountVectors):
+            return int((await call(bucket, "stats", write=False))[4])
+        if isinstance(request, ChangesAfter):
+            members = await call(bucket, "feed_changes", request.change, write=False)
+            rowids = sorted({int(m[1:]) for m in members if m.startswith(b"r")})
+            return Changes(rowids, [m[1:].decode() for m in members if m.startswith(b"s")])
+        if isinstance(request, SessionsOf):
+            if not request.ids:
+                return []
+            rows = await call(bucket, "feed_sessions", *request.ids, write=False)
+            return [
+                (r[0].decode(), codec.text(r[1]) or None, codec.text(r[2]) or None) for r in rows
+            ]
+        model, width = request.key
+        if isinstance(request, VectorsAfter):
+            rows = await call(
+                bucket, "feed_rows", model or "", 4 * width, request.after, request.limit,
+                write=False,
+            )  # fmt: skip
+            return [_feed_row(row) for row in rows]
+        assert isinstance(request, VectorsOf)
+        found = await call(
+            bucket, "feed_rows_of", model or "", 4 * width, len(request.rowids),
+            *request.rowids, *request.sessions, write=False,
+        )  # fmt: skip
+        return sorted({row[0]: row for row in map(_feed_row, found)}.values())
+
+
+def _feed_row(row: Sequence[Any]) -> VectorRow:
+    return (int(row[0]), row[1], row[2].decode(), codec.ROLES_BY_LETTER[row[3].decode()].value)
+
+
 def _with_seq(event: Event, seq: int) -> Event:
     return replace(event, seq=seq)
 
@@ -805,18 +1006,29 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _raise_refusal(reply: Sequence[Any], part_of: str | None) -> None:
-    """Raise what refused an insert; return when it was applied."""
+def _raise_refusal(reply: Sequence[Any], session: Session) -> None:
+    """Raise what refused inserting ``session`` (the function's reply names it; the
+    errors are `decisions`'); return when it was applied."""
     outcome = reply[0]
     if outcome in (b"ok", b"found"):
         return
     if outcome == b"users":
-        missing = json.loads(reply[1])
-        raise UnknownUserError(f"unknown user id(s): {', '.join(map(repr, missing))}")
-    if outcome == b"parent_missing":
-        raise SessionNotFoundError(f"part_of names no session: {part_of!r}")
-    if outcome == b"parent_is_part":
-        raise InvalidArgumentError("part_of must name a top-level session")
-    if outcome == b"parent_owner":
-        raise InvalidArgumentError("part_of must name a session with the same owner")
+        raise decisions.unknown_users(json.loads(reply[1]))
+    # The parent as the function found it: (its owner, what it is a part of).
+    parents: dict[bytes, tuple[object, object] | None] = {
+        b"parent_missing": None,
+        b"parent_is_part": (session.owner_id, session.part_of),
+        b"parent_owner": (object(), None),
+    }
+    if outcome in parents:
+        decisions.check_parent(session, parents[outcome])
     raise StoreError(f"unexpected reply from the Redis function: {outcome!r}")
+
+
+def _no_holder(new: NewSession) -> StoreError:
+    """The error for a part whose parent is missing, as `decisions` words it."""
+    try:
+        decisions.owned_by_parent(new, None)
+    except StoreError as error:
+        return error
+    raise AssertionError("a missing parent is always refused")

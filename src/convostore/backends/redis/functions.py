@@ -29,6 +29,11 @@ The keys of a bucket ``P``:
 - ``P t:<token>`` zset of ``<role letter><seq>:<session id>`` scored for text search;
 - ``P msgs`` zset (lex) of message ids with content; ``P emb`` hash id -> role letter
   and model;
+- ``P vx:<width>:<model>`` vector set of the messages with a vector of that model and
+  width (element ``<seq>:<session id>``, attributes ``o``: the owner's number in
+  ``P ocode``, ``r``: the role's), on a server with vector sets; else the change feed:
+  ``P vrow`` zset of ``<seq>:<session id>`` by row id (``P vrn``), ``P vf`` zset of
+  changes ``r<row id>`` / ``s<session id>`` by number (``P vfn``; pruned below ``P vfp``);
 - ``P users`` hash user id -> JSON; ``P stats`` hash of counts; ``P fence``;
   ``P frozen`` while the bucket's slot moves (its writes then answer TRYAGAIN).
 """
@@ -37,7 +42,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["LIBRARY", "LIBRARY_NAME", "SESSION_FIELDS", "function"]
+__all__ = ["LIBRARY_NAME", "SESSION_FIELDS", "function", "library"]
 
 LIBRARY_VERSION: Final = 1
 LIBRARY_NAME: Final = f"convostore_{LIBRARY_VERSION}"
@@ -53,7 +58,7 @@ SESSION_FIELDS: Final = (
     "expires", "meta", "version", "stamp", "mcount", "started_by",
 )  # fmt: skip
 
-LIBRARY: Final = """#!lua name=LIBRARY_NAME
+_LIBRARY: Final = """#!lua name=LIBRARY_NAME
 
 local SF = {'id', 'owner', 'title', 'kind', 'part_of', 'held_with', 'created',
   'activity', 'expires', 'meta', 'version', 'stamp', 'mcount', 'started_by'}
@@ -68,6 +73,82 @@ local function bucket(keys) return string.sub(keys[1], 1, #keys[1] - 5) end
 local function okey(owner)
   if owner == nil or owner == false or owner == cjson.null or owner == '' then return '' end
   return '=' .. owner
+end
+
+-- Vectors, as the server keeps them searchable: in vector sets (VECTOR_SETS: one per
+-- model and width, element '<seq>:<session>', attributes the owner's number in the
+-- bucket and the role's), or in a change feed the client's cache follows (``vrow``
+-- zset of refs by row id, ``vf`` zset of changes 'r<row id>' / 's<session>' by their
+-- number ``vfn``, pruned below ``vfp``).
+local VECTOR_SETS = VECTOR_SETS_FLAG
+local ROLE_NUMBERS = {u = 1, a = 2, s = 3, t = 4}
+local FEED_KEEP = 100000
+
+local function vset_key(p, width, model) return p .. 'vx:' .. width .. ':' .. (model or '') end
+
+-- Numbers need no quoting in a filter expression; owner ids would.
+local function owner_code(p, owner, create)
+  local o = okey(owner)
+  local code = redis.call('HGET', p .. 'ocode', o)
+  if code or not create then return code end
+  code = redis.call('HINCRBY', p .. 'ocode', '#', 1)
+  redis.call('HSET', p .. 'ocode', o, code)
+  return code
+end
+
+local function feed(p, member)
+  local change = redis.call('INCR', p .. 'vfn')
+  redis.call('ZADD', p .. 'vf', change, member)
+  local extra = redis.call('ZCARD', p .. 'vf') - FEED_KEEP
+  if extra > 0 then
+    local popped = redis.call('ZPOPMIN', p .. 'vf', extra)
+    redis.call('SET', p .. 'vfp', popped[#popped])
+  end
+end
+
+local function row_id(p, ref)
+  local id = redis.call('ZSCORE', p .. 'vrow', ref)
+  if id then return id end
+  id = redis.call('INCR', p .. 'vrn')
+  redis.call('ZADD', p .. 'vrow', id, ref)
+  return id
+end
+
+-- A message's vector was written (``old_width``, ``old_model``: the one it replaced).
+local function vector_written(p, owner, session, seq, letter, model, blob, old_width, old_model)
+  local ref = seq .. ':' .. session
+  if not VECTOR_SETS then
+    feed(p, 'r' .. row_id(p, ref))
+    return
+  end
+  local key = vset_key(p, #blob / 4, model)
+  if old_width and vset_key(p, old_width, old_model) ~= key then
+    redis.call('VREM', vset_key(p, old_width, old_model), ref)
+  end
+  local attributes = '{"o":' .. owner_code(p, owner, true) .. ',"r":' .. ROLE_NUMBERS[letter] .. '}'
+  -- A float32 vector of its key's width, which no known case refuses (a zero vector is
+  -- taken); pcall, as an error here would not undo the writes before it.
+  redis.pcall('VADD', key, 'FP32', blob, ref, 'SETATTR', attributes)
+end
+
+-- The session's vectors are going with it.
+local function vectors_deleted(p, session)
+  local lkey = p .. 'l:' .. session
+  local held = redis.call('HGETALL', p .. 'vs:' .. session)
+  for i = 1, #held, 2 do
+    local ref = held[i] .. ':' .. session
+    if VECTOR_SETS then
+      local width = redis.call('HSTRLEN', lkey, held[i] .. 'v') / 4
+      redis.call('VREM', vset_key(p, width, redis.call('HGET', lkey, held[i] .. 'm')), ref)
+    else
+      local id = redis.call('ZSCORE', p .. 'vrow', ref)
+      if id then
+        redis.call('ZREM', p .. 'vrow', ref)
+        redis.call('ZREM', p .. 'vf', 'r' .. id)
+      end
+    end
+  end
+  if not VECTOR_SETS then feed(p, 's' .. session) end
 end
 
 local function row(p, id)
@@ -261,6 +342,7 @@ local function delete_one(p, id)
     end
   end
   local vectors = redis.call('HLEN', p .. 'vs:' .. id)
+  vectors_deleted(p, id)
   local idx = redis.call('HGET', skey, 'idx')
   if idx and idx ~= '' then
     for d in string.gmatch(idx, '%x+') do redis.call('SREM', p .. 'm:' .. d, id) end
@@ -512,6 +594,7 @@ local function append(keys, args)
         fields[#fields + 1] = seq .. 'm'
         fields[#fields + 1] = m[5]
         redis.call('HSET', p .. 'vs:' .. id, seq, m[3])
+        vector_written(p, s[3], id, seq, m[3], m[5], vector)
       end
       fields[#fields + 1] = seq .. 's'
       fields[#fields + 1] = m[9]
@@ -647,12 +730,17 @@ local function set_embeddings(keys, args)
       local fixed = cjson.decode(redis.call('HGET', lkey, seq))
       if fixed[2] == 'MESSAGE' then
         local letter = string.sub(fixed[8], 1, 1)
-        if redis.call('HEXISTS', lkey, seq .. 'v') == 0 then
+        local old_width = redis.call('HSTRLEN', lkey, seq .. 'v') / 4
+        local old_model = redis.call('HGET', lkey, seq .. 'm')
+        if old_width == 0 then
+          old_width = nil
           redis.call('HINCRBY', p .. 'stats', 'v', 1)
         end
         redis.call('HSET', lkey, seq .. 'v', args[i + 1], seq .. 'm', model,
           seq .. 's', args[i + 2])
         redis.call('HSET', p .. 'vs:' .. session, seq, letter)
+        vector_written(p, redis.call('HGET', p .. 's:' .. session, 'owner'), session, seq, letter,
+          model, args[i + 1], old_width, old_model)
         if redis.call('HEXISTS', p .. 'emb', args[i]) == 1 then
           redis.call('HSET', p .. 'emb', args[i], letter .. model)
         end
@@ -703,11 +791,7 @@ local function text_search(keys, args)
   return out
 end
 
--- ARGV: owner ('' any), session ('' any), role letters, model ('' any), width in bytes:
--- every vector in scope as {seq, session, vector}.
-local function vector_scan(keys, args)
-  local p = bucket(keys)
-  local owner, session, roles, model, width = args[1], args[2], args[3], args[4], tonumber(args[5])
+local function scan_of(p, owner, session, roles, model, width)
   local sessions
   if session ~= '' then
     sessions = {session}
@@ -730,6 +814,136 @@ local function vector_scan(keys, args)
         end
       end
     end
+  end
+  return out
+end
+
+-- ARGV: owner ('' any), session ('' any), role letters, model ('' any), width in bytes:
+-- every vector in scope as {seq, session, vector}.
+local function vector_scan(keys, args)
+  return scan_of(bucket(keys), args[1], args[2], args[3], args[4], tonumber(args[5]))
+end
+
+-- ARGV: owner ('' any), role letters, model, width, k, candidates, the query (float32),
+-- the set size up to which the scan is cheaper: {'ann', seq, session, similarity, ...}
+-- the candidates the model's vector set gives for the scope, best first; or, when the
+-- set is small or gives fewer than k (a filter the walk did not satisfy), {'scan',
+-- every vector in scope as vector_scan gives}: either way from one snapshot.
+local function vector_ann(keys, args)
+  local p = bucket(keys)
+  local owner, roles, model, width = args[1], args[2], args[3], tonumber(args[4])
+  local k, count, below = tonumber(args[5]), tonumber(args[6]), tonumber(args[8])
+  local key = vset_key(p, width, model)
+  local function scan() return {'scan', scan_of(p, owner, '', roles, model, width * 4)} end
+  if roles == '' then return {'scan', {}} end
+  if redis.call('VCARD', key) <= below then return scan() end
+  local filters = {}
+  if owner ~= '' then
+    local code = owner_code(p, owner, false)
+    if not code then return {'scan', {}} end
+    filters[#filters + 1] = '.o == ' .. code
+  end
+  if #roles < 4 then
+    local numbers = {}
+    for i = 1, #roles do numbers[#numbers + 1] = ROLE_NUMBERS[string.sub(roles, i, i)] end
+    filters[#filters + 1] = '.r in [' .. table.concat(numbers, ',') .. ']'
+  end
+  local command = {'VSIM', key, 'FP32', args[7], 'WITHSCORES', 'COUNT', count,
+    'EF', math.max(count, 200)}
+  if #filters > 0 then
+    command[#command + 1] = 'FILTER'
+    command[#command + 1] = table.concat(filters, ' and ')
+    command[#command + 1] = 'FILTER-EF'
+    command[#command + 1] = math.max(100 * count, 20000)
+  end
+  local found = redis.call(unpack(command))
+  if #found < 2 * k then return scan() end
+  local out = {'ann'}
+  for i = 1, #found, 2 do
+    local ref = found[i]
+    local colon = string.find(ref, ':', 1, true)
+    out[#out + 1] = string.sub(ref, 1, colon - 1)
+    out[#out + 1] = string.sub(ref, colon + 1)
+    out[#out + 1] = found[i + 1]
+  end
+  return out
+end
+
+-- The change feed, for the client's vector cache (`convostore.backends.sql.vector_cache`).
+-- A row as the cache reads it: {row id, vector, session, role letter, seq}, or nil when
+-- the ref holds no vector of the model ('' any) and width in bytes.
+local function feed_row(p, id, ref, model, width)
+  local colon = string.find(ref, ':', 1, true)
+  local seq, session = string.sub(ref, 1, colon - 1), string.sub(ref, colon + 1)
+  local lkey = p .. 'l:' .. session
+  local v = redis.call('HMGET', lkey, seq .. 'v', seq .. 'm')
+  if not v[1] or #v[1] ~= width or (model ~= '' and v[2] ~= model) then return nil end
+  local letter = redis.call('HGET', p .. 'vs:' .. session, seq)
+  if not letter then return nil end
+  return {id, v[1], session, letter, seq}
+end
+
+local function feed_position(keys, args)
+  local p = bucket(keys)
+  return {tonumber(redis.call('GET', p .. 'vfn') or '0'),
+    tonumber(redis.call('GET', p .. 'vfp') or '0')}
+end
+
+-- ARGV: the last change known: the changes after it ('r<row id>', 's<session>').
+local function feed_changes(keys, args)
+  return redis.call('ZRANGE', bucket(keys) .. 'vf', '(' .. args[1], '+inf', 'BYSCORE')
+end
+
+-- ARGV: model, width in bytes, after (row id), limit: the first rows of the key after
+-- that row id, at most limit, in row id order (none: the end).
+local function feed_rows(keys, args)
+  local p = bucket(keys)
+  local model, width, after, limit = args[1], tonumber(args[2]), args[3], tonumber(args[4])
+  local out = {}
+  while true do
+    local page = redis.call('ZRANGE', p .. 'vrow', '(' .. after, '+inf', 'BYSCORE',
+      'LIMIT', 0, limit, 'WITHSCORES')
+    for i = 1, #page, 2 do
+      local found = feed_row(p, page[i + 1], page[i], model, width)
+      if found then out[#out + 1] = found end
+      after = page[i + 1]
+    end
+    if #out > 0 or #page < 2 * limit then return out end
+  end
+end
+
+-- ARGV: model, width in bytes, how many row ids follow, the row ids, then session ids:
+-- the rows of the key among those ids and in those sessions and their parts.
+local function feed_rows_of(keys, args)
+  local p = bucket(keys)
+  local model, width, n = args[1], tonumber(args[2]), tonumber(args[3])
+  local out = {}
+  for i = 4, 3 + n do
+    local refs = redis.call('ZRANGE', p .. 'vrow', args[i], args[i], 'BYSCORE')
+    if refs[1] then out[#out + 1] = feed_row(p, args[i], refs[1], model, width) end
+  end
+  for i = 4 + n, #args do
+    local sessions = redis.call('ZRANGE', p .. 'p:' .. args[i], 0, -1)
+    sessions[#sessions + 1] = args[i]
+    for _, session in ipairs(sessions) do
+      local seqs = redis.call('HKEYS', p .. 'vs:' .. session)
+      for _, seq in ipairs(seqs) do
+        local ref = seq .. ':' .. session
+        local id = redis.call('ZSCORE', p .. 'vrow', ref)
+        if id then out[#out + 1] = feed_row(p, id, ref, model, width) end
+      end
+    end
+  end
+  return out
+end
+
+-- ARGV: session ids: {id, owner ('' none), part of ('' none)} of those that exist.
+local function feed_sessions(keys, args)
+  local p = bucket(keys)
+  local out = {}
+  for _, id in ipairs(args) do
+    local s = redis.call('HMGET', p .. 's:' .. id, 'id', 'owner', 'part_of')
+    if s[1] then out[#out + 1] = {id, s[2] or '', s[3] or ''} end
   end
   return out
 end
@@ -793,6 +1007,9 @@ local reads = {
   {'by_metadata', by_metadata}, {'read_range', read_range}, {'read_ids', read_ids},
   {'version', version}, {'pending', pending}, {'count_pending', count_pending},
   {'text_search', text_search}, {'vector_scan', vector_scan},
+  {'vector_ann', vector_ann}, {'feed_position', feed_position},
+  {'feed_changes', feed_changes}, {'feed_rows', feed_rows}, {'feed_rows_of', feed_rows_of},
+  {'feed_sessions', feed_sessions},
   {'read_refs', read_refs}, {'stats', stats},
 }
 -- A bucket whose slot is being moved is frozen: its writes are refused, before any
@@ -827,3 +1044,9 @@ for i = 1, #reads do
     callback = reads[i][2], flags = {'no-writes'}}
 end
 """.replace("LIBRARY_NAME", LIBRARY_NAME).replace("PREFIX", function(""))
+
+
+def library(*, vector_sets: bool) -> str:
+    """The library's code for a server with Redis 8's vector sets (its functions keep
+    them), or without (they write the change feed the client's vector cache reads)."""
+    return _LIBRARY.replace("VECTOR_SETS_FLAG", "true" if vector_sets else "false")

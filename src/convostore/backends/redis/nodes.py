@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 from redis.crc import key_slot
 
-from convostore.backends.redis.functions import LIBRARY
+from convostore.backends.redis.functions import library
 from convostore.backends.redis.url import RedisTarget
 from convostore.errors import BackendUnavailableError, StoreError
 
@@ -59,6 +59,8 @@ class Nodes:
         self._clients: dict[Address, aioredis.Redis] = {}
         self._slots: list[Address] = []
         self._refreshing: asyncio.Lock | None = None
+        # Whether the servers have Redis 8's vector sets (known at `connect`).
+        self.vector_sets = False
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -70,6 +72,7 @@ class Nodes:
                 await self._read_slots()
             else:
                 await _command(self._client(self.target.nodes[0]), "PING")
+            self.vector_sets = await self._have_vector_sets(self.masters()[0])
             for address in self.masters():
                 await self.load_library(address)
         except redis_errors.RedisError as error:
@@ -92,8 +95,22 @@ class Nodes:
         that finds them missing, after a restart without its files, loads them again).
         A change to the library changes its version, so one version is one code."""
         if again or address not in _LOADED:
-            await _command(self._client(address), "FUNCTION", "LOAD", "REPLACE", LIBRARY)
+            code = library(vector_sets=self.vector_sets)
+            await _command(self._client(address), "FUNCTION", "LOAD", "REPLACE", code)
             _LOADED.add(address)
+
+    async def _have_vector_sets(self, address: Address) -> bool:
+        """Whether the server knows ``VCARD`` (Redis 8's vector sets; Valkey has none):
+        an unknown command is refused before its key is routed."""
+        try:
+            await _command(self._client(address), "VCARD", "convostore:probe")
+        except redis_errors.AskError:  # MOVED too: the command is known
+            return True
+        except redis_errors.ResponseError as error:
+            if str(error).lower().startswith("unknown command"):
+                return False
+            raise
+        return True
 
     def _client(self, address: Address) -> aioredis.Redis:
         client = self._clients.get(address)

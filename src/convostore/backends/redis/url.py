@@ -19,7 +19,8 @@ Options:
   append-only file (``WAITAOF 1``); ``no`` waits for nothing (a benchmark's baseline);
 - ``wait_timeout``: seconds a write waits for that confirmation (default 5);
 - ``vectors``: ``auto`` (default: Redis 8's vector sets where the server has them, else
-  the scan), ``scan`` (an exact scan of the scope on the server);
+  this process's vector cache kept by each bucket's change feed), ``scan`` (an exact
+  scan of the scope on the server, for every search);
 - ``pool_max_size``, ``connect_timeout``, ``socket_timeout``;
 - over TLS: ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``
   (``required``, ``optional``, ``none``): redis-py's options of the same names.
