@@ -75,6 +75,8 @@ def server_group(item: pytest.Item) -> str | None:
     return None
 
 
+# First: xdist's worker names each item's group from its mark in a hook of its own.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = server_group(item)

@@ -169,7 +169,9 @@ class MariaDBServer(ServerProcess):
             [install_db, "--no-defaults", *install_options, f"--datadir={self.data}",
              *self._as_user,
              "--auth-root-authentication-method=normal", "--skip-test-db",
-             "--skip-name-resolve"],
+             "--skip-name-resolve",
+             # The bootstrap's temporary tables too (see `_command`).
+             f"--tmpdir={self.directory}"],
             timeout=_COMMAND_TIMEOUT_S, cwd=self.directory,
         )  # fmt: skip
 
