@@ -7,6 +7,8 @@ drops an offset, shows up as a wrong instant instead of passing by luck on a UTC
 Run in parallel (``pytest -n 2 --dist loadgroup``, as scripts/test.sh does), the tests of
 one database server form one group (`server_group`), run by one worker: each worker
 starts only the servers of its groups. The other tests go to whichever worker is free.
+Which worker runs a test never decides whether it passes: a worker starts any server a
+test of another group needs (it costs that server's start only).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,25 +63,31 @@ _SERVER_OF_BACKEND_TESTS = {
 }
 
 
-def server_group(item: pytest.Item) -> str | None:
-    """The server whose tests ``item`` runs with on one worker (None: any worker)."""
-    callspec = getattr(item, "callspec", None)
-    params = callspec.params if callspec is not None else {}
-    # The contract suite's backend, or the graph server a test is parametrised over.
-    backend = params.get("backend", params.get("kind"))
-    if isinstance(backend, str):
-        return backend if backend in _SERVER_BACKENDS else None
-    if item.path.parent.name == "backends":
-        return _SERVER_OF_BACKEND_TESTS.get(item.path.name)
-    if item.path.parent.parent.name == "backends":
-        return _SERVER_OF_BACKEND_TESTS.get(item.path.parent.name)
-    return None
+def server_group(nodeid: str) -> str | None:
+    """The server whose tests the test ``nodeid`` runs with on one worker (None: any
+    worker): a backend's own tests by their file, the others by the backend (or graph
+    server) among their parameters."""
+    path, _, rest = nodeid.partition("::")
+    parts = path.split("/")
+    if "backends" in parts[:-1]:
+        below = parts[parts.index("backends") + 1]
+        if below in _SERVER_OF_BACKEND_TESTS:
+            return _SERVER_OF_BACKEND_TESTS[below]
+    params = rest[rest.find("[") + 1 : rest.rfind("]")] if rest.endswith("]") else ""
+    return next((token for token in params.split("-") if token in _SERVER_BACKENDS), None)
 
 
-# First: xdist's worker names each item's group from its mark in a hook of its own.
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        group = server_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``: the tests of one server (`server_group`) go to one
+    worker as one unit, the others one by one to whichever worker is free. (xdist's own
+    loadgroup reads ``xdist_group`` marks into node ids, which pytest 9 no longer lets
+    it change: this groups by the node ids themselves.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ServerGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return server_group(nodeid) or nodeid
+
+    return ServerGroupScheduling(config, log)
