@@ -112,7 +112,9 @@ class Neo4jServer(ServerProcess):
 
     name = "neo4j"
     ready_line = _READY
-    start_timeout = 180.0
+    # A JVM compiling Neo4j as it starts: 20 s on a quiet machine, past 180 s on two cores
+    # shared with a dozen busy processes.
+    start_timeout = 300.0
     stop_timeout = 60.0
     log_lines = 40
 
