@@ -86,8 +86,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class ServerGroupScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return server_group(nodeid) or nodeid
-
-    return ServerGroupScheduling(config, log)
+    # loadscope's scheduler, its unit of work (a scope) being the server group.
+    scheduler = LoadScopeScheduling(config, log)
+    scheduler._split_scope = lambda nodeid: server_group(nodeid) or nodeid
+    return scheduler
