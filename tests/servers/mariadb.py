@@ -22,10 +22,7 @@ import os
 import pwd
 import shutil
 import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlsplit
@@ -35,8 +32,6 @@ from tests.servers.shared import (
     ServerProcess,
     ServerUnavailable,
     SharedServer,
-    log_tail,
-    on_a_free_port,
     run_tool,
 )
 
@@ -98,7 +93,9 @@ def _program(name: str) -> str:
 
 
 class MariaDBServer(ServerProcess):
-    """One MariaDB server in a temporary directory, on a free loopback port.
+    """One MariaDB server in a temporary directory, on a free loopback port (its
+    lifecycle: `ServerProcess`; `restart` with ``crash=True`` kills it first, as a power
+    cut to the process would).
 
     ``durable=False`` (for tests) flushes the log once a second rather than at every
     commit; a benchmark keeps the defaults so its figures are those of a real server.
@@ -107,6 +104,11 @@ class MariaDBServer(ServerProcess):
     system's.
     """
 
+    name = "mariadb"
+    start_timeout = _START_TIMEOUT_S
+    stop_timeout = _STOP_TIMEOUT_S
+    log_lines = 8
+
     def __init__(
         self,
         *,
@@ -114,6 +116,7 @@ class MariaDBServer(ServerProcess):
         settings: dict[str, str] | None = None,
         home: Path | None = None,
     ) -> None:
+        super().__init__()
         self.settings = {**COMMON_SETTINGS, **({} if durable else FAST_SETTINGS)}
         self.home = home
         if home is not None:
@@ -123,62 +126,7 @@ class MariaDBServer(ServerProcess):
                 {"lc-messages-dir": str(messages), "plugin-dir": str(home / "plugin")}
             )
         self.settings.update(settings or {})
-        self.port = 0
-        self.directory: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
         self._as_user: list[str] = []
-
-    # ---------------------------------------------------------------- lifecycle
-
-    def start(self) -> None:
-        """Create a data directory and start the server; raise `ServerUnavailable` (and
-        leave nothing behind) when that cannot be done here."""
-        if self.directory is not None:
-            return
-        install_db, *install_options = self._install_db()
-        self._mariadbd()
-        if os.geteuid() == 0:
-            try:
-                pwd.getpwnam(SYSTEM_USER)
-            except KeyError:
-                raise ServerUnavailable(
-                    f"no system user {SYSTEM_USER!r} to run mariadbd as (the mariadb-server "
-                    "package creates it)"
-                ) from None
-            self._as_user = [f"--user={SYSTEM_USER}"]
-        self.directory = Path(tempfile.mkdtemp(prefix="convostore-mariadb-"))
-        try:
-            if self._as_user:
-                shutil.chown(self.directory, SYSTEM_USER, SYSTEM_USER)
-            self._command(
-                install_db, "--no-defaults", *install_options, f"--datadir={self.data}",
-                *self._as_user,
-                "--auth-root-authentication-method=normal", "--skip-test-db",
-                "--skip-name-resolve",
-            )  # fmt: skip
-            self._start_on_a_free_port()
-        except BaseException:
-            self._kill()
-            self._remove_directory()
-            raise
-
-    def stop(self) -> None:
-        """Stop the server and delete its directory. Stopping twice is harmless."""
-        if self.directory is None:
-            return
-        try:
-            self._shutdown()
-        finally:
-            self._remove_directory()
-
-    def restart(self, *, crash: bool = False) -> None:
-        """Stop the server (``crash``: killed, as by a power cut to the process) and start
-        it again on the same port, with the same data."""
-        if crash:
-            self._kill()
-        else:
-            self._shutdown()
-        self._launch()
 
     # ---------------------------------------------------------------- addresses
 
@@ -201,6 +149,32 @@ class MariaDBServer(ServerProcess):
 
     # ---------------------------------------------------------------- internals
 
+    def _prepare(self) -> None:
+        """The data directory, made by mariadb-install-db (as the system user ``mysql``
+        when run as root)."""
+        install_db, *install_options = self._install_db()
+        self._mariadbd()
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam(SYSTEM_USER)
+            except KeyError:
+                raise ServerUnavailable(
+                    f"no system user {SYSTEM_USER!r} to run mariadbd as (the mariadb-server "
+                    "package creates it)"
+                ) from None
+            self._as_user = [f"--user={SYSTEM_USER}"]
+            assert self.directory is not None
+            shutil.chown(self.directory, SYSTEM_USER, SYSTEM_USER)
+        run_tool(
+            [install_db, "--no-defaults", *install_options, f"--datadir={self.data}",
+             *self._as_user,
+             "--auth-root-authentication-method=normal", "--skip-test-db",
+             "--skip-name-resolve",
+             # The bootstrap's temporary tables too (see `_command`).
+             f"--tmpdir={self.directory}"],
+            timeout=_COMMAND_TIMEOUT_S, cwd=self.directory,
+        )  # fmt: skip
+
     def _install_db(self) -> list[str]:
         if self.home is None:
             return [_program("mariadb-install-db")]
@@ -219,17 +193,10 @@ class MariaDBServer(ServerProcess):
             )
         return str(wrapper)
 
-    def _start_on_a_free_port(self) -> None:
-        def launch(port: int) -> None:
-            self.port = port
-            self._launch()
-
-        on_a_free_port(launch)
-
-    def _launch(self) -> None:
+    def _command(self) -> list[str]:
         assert self.directory is not None
         options = [f"--{name}={value}" for name, value in self.settings.items()]
-        command = [
+        return [
             self._mariadbd(), "--no-defaults", f"--datadir={self.data}",
             f"--port={self.port}", f"--socket={self.socket_path}",
             f"--pid-file={self.directory / 'mariadbd.pid'}", f"--log-error={self.log_file}",
@@ -237,20 +204,8 @@ class MariaDBServer(ServerProcess):
             f"--tmpdir={self.directory}",
             *self._as_user, *options,
         ]  # fmt: skip
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not self._answers():
-            if self._process.poll() is not None:
-                self._process = None
-                raise ServerUnavailable(f"mariadbd exited at start{self._log_tail()}")
-            if time.monotonic() > deadline:
-                self._kill()
-                raise ServerUnavailable(f"mariadbd did not start in time{self._log_tail()}")
-            time.sleep(0.1)
 
-    def _answers(self) -> bool:
+    def _ready(self) -> bool:
         """Whether the server is ready: its socket exists and it sends a handshake."""
         if not self.socket_path.exists():
             return False
@@ -259,29 +214,6 @@ class MariaDBServer(ServerProcess):
                 return len(probe.recv(4)) == 4
         except OSError:
             return False
-
-    def _shutdown(self) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(_STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-    def _kill(self) -> None:
-        process, self._process = self._process, None
-        if process is not None:
-            process.kill()
-            process.wait()
-
-    def _command(self, *command: str) -> None:
-        run_tool(command, timeout=_COMMAND_TIMEOUT_S, cwd=self.directory)
-
-    def _log_tail(self) -> str:
-        return log_tail(None if self.directory is None else self.log_file, 8)
 
 
 TestServer = MariaDBServer | ExternalServer

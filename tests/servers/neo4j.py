@@ -24,14 +24,10 @@ tests at an existing server instead (``neo4j://neo4j:password@host:port``).
 from __future__ import annotations
 
 import atexit
-import contextlib
+import fcntl
 import functools
 import os
 import shutil
-import subprocess
-import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -41,7 +37,6 @@ from tests.servers.shared import (
     ServerProcess,
     ServerUnavailable,
     SharedServer,
-    free_port,
     run_tool,
 )
 
@@ -64,7 +59,6 @@ LAUNCHER: Final = Path(__file__).parent / "neo4j_launcher"
 _CLASSES: Final = LAUNCHER / "target" / "classes"
 _CLASSPATH: Final = LAUNCHER / "target" / "classpath.txt"
 _READY: Final = "convostore-neo4j ready"
-_START_TIMEOUT = 180.0
 # The JVM's heap (its most; the page cache, 256 MiB, is set by the launcher). Neo4j lets
 # transactions take 70% of it: a 100 MB message takes several hundred MB.
 _HEAP: Final = os.environ.get("CONVOSTORE_TEST_NEO4J_HEAP", "2g")
@@ -81,7 +75,15 @@ def java() -> str:
 
 def build_launcher() -> None:
     """Resolve the launcher's jars with Maven (offline when they are in the local
-    repository already) and compile it, unless that was done."""
+    repository already) and compile it, unless that was done. One process builds at a
+    time (the test workers may all start a server at once); the others wait for it."""
+    _CLASSES.mkdir(parents=True, exist_ok=True)
+    with (LAUNCHER / "target" / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _build_launcher()
+
+
+def _build_launcher() -> None:
     source = LAUNCHER / "Neo4jLauncher.java"
     compiled = _CLASSES / "Neo4jLauncher.class"
     if (
@@ -93,7 +95,6 @@ def build_launcher() -> None:
     mvn, javac = shutil.which("mvn"), shutil.which("javac")
     if mvn is None or javac is None:
         raise ServerUnavailable("the Neo4j test server needs Maven (mvn) and a JDK (javac)")
-    _CLASSES.mkdir(parents=True, exist_ok=True)
     run_tool(
         [mvn, "-q", "-B", "-f", str(LAUNCHER / "pom.xml"), "dependency:build-classpath",
          f"-Dmdep.outputFile={_CLASSPATH}"],
@@ -106,103 +107,31 @@ def build_launcher() -> None:
 
 
 class Neo4jServer(ServerProcess):
-    """One Neo4j server in a temporary directory, on a free loopback port."""
+    """One Neo4j server in a temporary directory, on a free loopback port (its
+    lifecycle: `ServerProcess`; ``started_in``: the seconds its last start took)."""
 
-    def __init__(self) -> None:
-        self.port = 0
-        self.directory: Path | None = None
-        self.started_in: float | None = None
-        self._process: subprocess.Popen[str] | None = None
-        self._log: list[str] = []
-
-    # ---------------------------------------------------------------- lifecycle
-
-    def start(self) -> None:
-        """Start the server (on a new directory and port the first time, on the same
-        ones after `kill`); raise `ServerUnavailable` when that cannot be done here."""
-        if self._process is not None:
-            return
-        build_launcher()
-        first = self.directory is None
-        if first:
-            self.directory = Path(tempfile.mkdtemp(prefix="convostore-neo4j-"))
-            self.port = free_port()
-        assert self.directory is not None
-        classpath = f"{_CLASSES}:{_CLASSPATH.read_text().strip()}"
-        command = [
-            java(), f"-Xmx{_HEAP}", "-XX:+UseSerialGC",
-            "-cp", classpath, "Neo4jLauncher",
-            str(self.directory / "home"), str(self.port), PASSWORD,
-        ]  # fmt: skip
-        began = time.monotonic()
-        try:
-            self._process = subprocess.Popen(
-                command,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                cwd=self.directory,
-            )
-            self._wait_until_ready()
-        except BaseException:
-            self._end(kill=True)
-            if first:
-                self._remove_directory()
-            raise
-        self.started_in = time.monotonic() - began
-
-    def kill(self) -> None:
-        """End the server at once, as a crash would; its files stay for `start`."""
-        self._end(kill=True)
-
-    def stop(self) -> None:
-        """Stop the server and delete its directory. Stopping twice is harmless."""
-        self._end(kill=False)
-        self._remove_directory()
+    name = "neo4j"
+    ready_line = _READY
+    # A JVM compiling Neo4j as it starts: 20 s on a quiet machine, past 180 s on two cores
+    # shared with a dozen busy processes.
+    start_timeout = 300.0
+    stop_timeout = 60.0
+    log_lines = 40
 
     def url(self, database: str = "neo4j", scheme: str = "neo4j") -> str:
         assert self.directory is not None, "the server is not started"
         return f"{scheme}://neo4j:{PASSWORD}@127.0.0.1:{self.port}/{database}"
 
-    # ---------------------------------------------------------------- internals
+    def _prepare(self) -> None:
+        build_launcher()
 
-    def _wait_until_ready(self) -> None:
-        process = self._process
-        assert process is not None
-        assert process.stdout is not None
-        timer = threading.Timer(_START_TIMEOUT, process.kill)
-        timer.start()
-        try:
-            for line in process.stdout:
-                self._log = [*self._log[-39:], line.rstrip()]
-                if _READY in line:
-                    break
-            else:
-                raise ServerUnavailable("Neo4j did not start:\n" + "\n".join(self._log))
-        finally:
-            timer.cancel()
-        threading.Thread(target=_drain, args=(process,), daemon=True).start()
-
-    def _end(self, *, kill: bool) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if kill:
-            process.kill()
-        else:
-            process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _drain(process: subprocess.Popen[str]) -> None:
-    assert process.stdout is not None
-    with contextlib.suppress(ValueError, OSError):
-        for _ in process.stdout:
-            pass
+    def _command(self) -> list[str]:
+        classpath = f"{_CLASSES}:{_CLASSPATH.read_text().strip()}"
+        return [
+            java(), f"-Xmx{_HEAP}", "-XX:+UseSerialGC",
+            "-cp", classpath, "Neo4jLauncher",
+            str(self._file("home")), str(self.port), PASSWORD,
+        ]  # fmt: skip
 
 
 TestServer = Neo4jServer | ExternalServer

