@@ -47,8 +47,8 @@ def pytest_ignore_collect(collection_path: Path) -> bool | None:
 # The backends whose tests share a server the session starts (memory and SQLite need
 # none: their tests go to any worker).
 _SERVER_BACKENDS = frozenset(
-    {"postgresql", "mariadb", "mariadb11", "falkordb", "neo4j", "redis", "redis_cluster",
-     "valkey_cluster"}
+    {"postgresql", "mariadb", "mariadb11", "galera", "falkordb", "neo4j", "redis",
+     "redis_cluster", "valkey_cluster"}
 )  # fmt: skip
 # A backend's own tests (tests/backends), by file or package: the server they run on.
 _SERVER_OF_BACKEND_TESTS = {
@@ -57,6 +57,7 @@ _SERVER_OF_BACKEND_TESTS = {
     "test_mysql_schema.py": "mariadb",
     "test_mysql_vectors.py": "mariadb",
     "test_mariadb11.py": "mariadb11",
+    "test_galera.py": "galera",
     "test_falkordb.py": "falkordb",
     "test_neo4j.py": "neo4j",
     "test_redis.py": "redis",

@@ -19,17 +19,15 @@ its nodes, whose user may create and drop databases).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
-from tests.servers.mariadb import SYSTEM_USER, MariaDBServer
+from tests.servers.mariadb import MariaDBServer
 from tests.servers.shared import (
     ExternalServer,
     ServerProcess,
@@ -125,29 +123,13 @@ class GaleraNode(MariaDBServer):
         # Set when the node may start its server (its data directory is made before).
         self.may_launch = threading.Event()
         self.may_launch.set()
-        self._install_tmp: Path | None = None
 
-    def _install_db(self) -> list[str]:
-        # Its bootstrap's temporary tables in a directory of its own: three nodes make
-        # their data directories at once, and a shared /tmp is cleaned by others.
-        self._install_tmp = Path(tempfile.mkdtemp(prefix="convostore-galera-install-"))
-        if os.geteuid() == 0:
-            shutil.chown(self._install_tmp, SYSTEM_USER, SYSTEM_USER)
-        return [*super()._install_db(), f"--tmpdir={self._install_tmp}"]
-
-    def stop(self) -> None:
-        super().stop()
-        if self._install_tmp is not None:
-            shutil.rmtree(self._install_tmp, ignore_errors=True)
-            self._install_tmp = None
-
-    def _start_on_a_free_port(self) -> None:
-        if self._install_tmp is not None:  # The data directory is made.
-            shutil.rmtree(self._install_tmp, ignore_errors=True)
-            self._install_tmp = None
+    def _launch(self) -> None:
+        # A node starts its server only once the node before it is up (its data
+        # directory is made at once with the others').
         if not self.may_launch.wait(_SYNC_TIMEOUT_S):
             raise ServerUnavailable(f"{self.name}: the node before it did not start")
-        super()._start_on_a_free_port()
+        super()._launch()
 
     @property
     def running(self) -> bool:
