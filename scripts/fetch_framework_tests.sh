@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fetches the agent frameworks' own test suites that the runners in tests/integrations
-# run against convostore's adapters (they are never committed): Strands Agents' tests
+# Fetches the agent frameworks' own test suites that tests/integrations runs against
+# convostore's adapters (tests/integrations/upstream.py finds them; they are never
+# committed): Strands Agents' tests
 # from its sdist on PyPI, into .cache/framework-tests (or $CONVOSTORE_FRAMEWORK_TESTS).
 # A source that cannot be reached is reported and skipped: its runner then skips too,
 # saying why. The suites that come only from a repository snapshot (ADK's session

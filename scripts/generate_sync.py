@@ -44,6 +44,8 @@ class Facade:
     """Return annotation -> (sync annotation, wrapping expression around ``{}``)."""
     docs: dict[str, str] = field(default_factory=dict)
     """Docstrings that differ from the async method's: name -> docstring."""
+    extra: str = ""
+    """Methods only the sync class has, written out (they end the class)."""
 
     @property
     def path(self) -> Path:
@@ -75,6 +77,14 @@ FACADES = (
             "vector_index_drift": None,
         },
         exclude=frozenset({"close", "before_close"}),
+        extra='''\
+    def blocking_factory(
+        self, factory: BaseConversationFactory[Any]
+    ) -> SyncConversationFactory:
+        """``factory``, made on this store's `target`, with plain blocking methods run on
+        this store's loop thread (`ConversationFactory.for_sync_store` calls this)."""
+        return SyncConversationFactory(factory, self._loop_thread)
+''',
     ),
     Facade(
         module="convostore.conversation.factory",
@@ -355,6 +365,8 @@ def generate_class(facade: Facade, imports: Imports) -> str:
             lines.append(f"        {doc.rstrip()}")
         value = wrap.format(call)
         lines += [f"        {value}" if returned == "None" else f"        return {value}", ""]
+    if facade.extra:
+        lines += [facade.extra]
     if has_context and facade.base.startswith("SyncProxy"):
         imports.add("TracebackType", "types")
         imports.add("Self", "typing")

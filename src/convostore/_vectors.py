@@ -8,7 +8,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from convostore.embedding import Metric
+from convostore.backends.spi import Metric
 
 Matrix = npt.NDArray[np.float32]
 Scores = npt.NDArray[np.float32]

@@ -381,6 +381,11 @@ class SyncStore(SyncStoreBase):
         ``on_progress(done, total)`` is called after each page."""
         return self._run(self._target.reembed(embedder, on_progress=on_progress))
 
+    def blocking_factory(self, factory: BaseConversationFactory[Any]) -> SyncConversationFactory:
+        """``factory``, made on this store's `target`, with plain blocking methods run on
+        this store's loop thread (`ConversationFactory.for_sync_store` calls this)."""
+        return SyncConversationFactory(factory, self._loop_thread)
+
 
 class SyncConversationFactory(SyncProxy[BaseConversationFactory[Any]]):
     """A conversation factory with plain blocking methods

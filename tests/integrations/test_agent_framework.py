@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +15,7 @@ from convostore import Role, Store
 from convostore.errors import ConflictError
 from convostore.integrations.agent_framework import ConvostoreHistoryProvider
 from convostore.testing.fixtures import BackendUnderTest
-from tests.integrations import suites
+from tests.integrations.upstream import run_snapshot_suite
 
 
 def _turn() -> list[Message]:
@@ -156,11 +154,8 @@ MINIMUM_PASSED = 192
 
 
 def test_agent_framework_own_tests(backend: BackendUnderTest) -> None:
-    snapshot = suites.snapshot(AGENT_FRAMEWORK)
-    with tempfile.TemporaryDirectory() as folder:
-        tests = suites.extract(
-            snapshot, SELECTED, Path(folder), relocate=(_CORE, "agent_framework_tests/")
-        )
-        result = suites.run_suite(backend, tests, "agent_framework")
+    result = run_snapshot_suite(
+        backend, AGENT_FRAMEWORK, SELECTED, "agent_framework", (_CORE, "agent_framework_tests/")
+    )
     assert not result.failed, result.output
     assert len(result.passed) >= MINIMUM_PASSED, result.summary()

@@ -5,7 +5,6 @@ importer."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from convostore.integrations.llama_index import (
     session_id_for,
 )
 from convostore.testing.fixtures import BackendUnderTest
-from tests.integrations import suites
+from tests.integrations.upstream import run_snapshot_suite
 
 
 def _conversation() -> list[ChatMessage]:
@@ -282,9 +281,6 @@ MINIMUM_PASSED = 79
 
 
 def test_llama_index_own_tests(backend: BackendUnderTest) -> None:
-    snapshot = suites.snapshot(LLAMA_INDEX)
-    with tempfile.TemporaryDirectory() as folder:
-        tests = suites.extract(snapshot, SELECTED, Path(folder))
-        result = suites.run_suite(backend, tests, "llama_index")
+    result = run_snapshot_suite(backend, LLAMA_INDEX, SELECTED, "llama_index")
     assert not result.failed, result.output
     assert len(result.passed) >= MINIMUM_PASSED, result.summary()

@@ -1,12 +1,26 @@
-"""What the runners of the frameworks' own test suites share: where the suites' files
-come from, and how their modules are collected under a runner's directory.
+"""How a framework's own test suite is fetched, found and run against our adapter.
 
-A framework's tests are never part of this repository. Each runner finds them, in this
+A framework's tests are never part of this repository. `source` finds them, in this
 order: the directory or git repository an environment variable names, the cache that
 ``scripts/fetch_framework_tests.sh`` fills (``.cache/framework-tests``, or
-``$CONVOSTORE_FRAMEWORK_TESTS``), and, for a GitHub repository, its snapshot under
-``/work/.mirror``. It copies the few files it runs into that cache and collects them
-from there; where none is found, its one test skips and says why.
+``$CONVOSTORE_FRAMEWORK_TESTS``), and a repository snapshot that the `fetch` tool left
+in ``/work/.mirror`` (``$CONVOSTORE_MIRRORS``); `copy_files` copies the files a runner
+runs out of it. Where none is found, the runner's one test skips and says why.
+
+A suite runs in one of two ways, by what it replaces:
+
+- collected here (`UpstreamSuite`), as children of its runner's directory, so the
+  runner's conftest fixtures (the backend, the store) apply to its tests: for a suite
+  that takes the store through a fixture (ADK's registry) or whose stand-ins are put in
+  place per test (Strands);
+- in a child process (`run_suite`), with a plugin of ``tests/integrations/suite_plugins``
+  loaded before the framework's modules: for a suite whose stand-ins replace the
+  framework's own classes at import, which must not leak into this process (LlamaIndex,
+  Agent Framework). The plugin opens a fresh database for every test, on the URL it is
+  given. The outcome counts come back through a JUnit report.
+
+A known difference is a strict xfail (in the runner's conftest or the plugin), naming
+its exception, so the run fails if it is fixed or fails otherwise.
 """
 
 from __future__ import annotations
@@ -15,26 +29,92 @@ import io
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
+import tempfile
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-__all__ = ["CACHE", "MIRRORS", "Missing", "UpstreamSuite", "copy_files", "deselect", "missing_item"]
+from convostore.testing.fixtures import BackendUnderTest
+
+__all__ = [
+    "CACHE",
+    "MIRRORS",
+    "Missing",
+    "SuiteResult",
+    "UpstreamSuite",
+    "copy_files",
+    "deselect",
+    "missing_item",
+    "run_snapshot_suite",
+    "run_suite",
+    "source",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("CONVOSTORE_FRAMEWORK_TESTS", ROOT / ".cache" / "framework-tests"))
-MIRRORS = Path("/work/.mirror")
+MIRRORS = Path(os.environ.get("CONVOSTORE_MIRRORS", "/work/.mirror"))
+# The suites run in a child process run on these backends (the adapters' own tests, and
+# the suites collected here, run on all).
+SUITE_BACKENDS = frozenset(
+    os.environ.get("CONVOSTORE_SUITE_BACKENDS", "memory,sqlite,postgresql").split(",")
+)
+URL_VARIABLE = "CONVOSTORE_SUITE_URL"
 
 
 class Missing(Exception):
     """Why a framework's test files cannot be had here."""
 
 
-def copy_files(source: Path, commit: str | None, files: Sequence[str], into: Path) -> None:
-    """Copy ``files`` (paths relative to the repository root) from ``source``, a checkout
-    or a git directory (then at ``commit``), into ``into`` (same relative paths)."""
+def source(
+    probe: str,
+    *,
+    variable: str | None = None,
+    cached: str | None = None,
+    repositories: Sequence[str] = (),
+    commit: str | None = None,
+) -> tuple[Path, str | None]:
+    """Where a framework's test files are: the checkout or git directory ``variable``
+    names, else ``CACHE / cached``, else the snapshot of the first of ``repositories``
+    (``owner/name``) under `MIRRORS`; with the commit to read a git directory at
+    (``commit``, else its newest). ``probe`` is a path every source holds (a checkout
+    must hold it as a file). Raises `Missing` naming where it looked."""
+    candidates = [Path(os.environ[variable])] if variable and os.environ.get(variable) else []
+    if cached is not None:
+        candidates.append(CACHE / cached)
+    candidates += [MIRRORS / name.replace("/", "+") / "repo" for name in repositories]
+    for candidate in candidates:
+        if (candidate / probe).is_file():
+            return candidate, None
+        if (candidate / "HEAD").is_file():
+            return candidate, commit
+    raise Missing(
+        f"{probe} was found in none of {', '.join(map(str, candidates))}"
+        + (f" (set {variable}, or run scripts/fetch_framework_tests.sh" if variable else "")
+        + (f", or fetch github:{repositories[0]}" if repositories else "")
+        + (")" if variable else "")
+    )
+
+
+def copy_files(
+    source: Path,
+    commit: str | None,
+    files: Sequence[str],
+    into: Path,
+    relocate: tuple[str, str] = ("", ""),
+) -> Path:
+    """Copy ``files`` (paths relative to the repository root; in a git directory, folders
+    too) from ``source``, a checkout or a git directory (then at ``commit``), into
+    ``into``, each path's prefix ``relocate[0]`` replaced by ``relocate[1]`` (a package
+    named ``tests`` would shadow this project's). Returns ``into``."""
+
+    def target(name: str) -> str:
+        return relocate[1] + name.removeprefix(relocate[0])
+
     if (source / "HEAD").is_file() and (source / "objects").is_dir():
         archive = subprocess.run(
             ["git", "--git-dir", str(source), "archive", "--format=tar", commit or "HEAD", *files],
@@ -44,14 +124,18 @@ def copy_files(source: Path, commit: str | None, files: Sequence[str], into: Pat
         if archive.returncode != 0:
             raise Missing(f"git archive in {source}: {archive.stderr.decode().strip()}")
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(into, filter="data")
-        return
+            members = tar.getmembers()
+            for member in members:
+                member.name = target(member.name)
+            tar.extractall(into, members=members, filter="data")
+        return into
     for name in files:
         found = source / name
         if not found.is_file():
             raise Missing(f"{found} is missing")
-        (into / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(found, into / name)
+        (into / target(name)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(found, into / target(name))
+    return into
 
 
 class _Skipped(pytest.Item):
@@ -107,3 +191,106 @@ def deselect(
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@dataclass
+class SuiteResult:
+    """What a suite run in a child process did, test by test."""
+
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    xfailed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    output: str = ""
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.passed)} passed, {len(self.failed)} failed, "
+            f"{len(self.xfailed)} xfailed (known divergences), {len(self.skipped)} skipped"
+        )
+
+
+def run_suite(
+    backend: BackendUnderTest,
+    tests: Path,
+    plugin: str,
+    arguments: Sequence[str] = (),
+) -> SuiteResult:
+    """Run pytest on ``tests`` in a child process with ``plugin`` (a module of
+    ``tests.integrations.suite_plugins``), on ``backend``'s server."""
+    if backend.name not in SUITE_BACKENDS:
+        pytest.skip(
+            f"the framework's own suite runs on {', '.join(sorted(SUITE_BACKENDS))} "
+            "(CONVOSTORE_SUITE_BACKENDS); the adapter's own tests run on every backend"
+        )
+    report = tests / "report.xml"
+    environment = {
+        **os.environ,
+        URL_VARIABLE: backend(),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+    }
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(tests),
+            "-p",
+            f"tests.integrations.suite_plugins.{plugin}",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tests),
+            "--confcutdir",
+            str(tests),
+            "-q",
+            "-o",
+            "asyncio_mode=auto",
+            "-o",
+            "asyncio_default_fixture_loop_scope=function",
+            "-W",
+            "ignore::DeprecationWarning",
+            f"--junitxml={report}",
+            *arguments,
+        ],
+        cwd=tests,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    result = SuiteResult(output=completed.stdout[-20000:] + completed.stderr[-5000:])
+    if not report.exists():
+        raise AssertionError(f"the suite did not run:\n{result.output}")
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        outcome = {child.tag: child for child in case}
+        skipped = outcome.get("skipped")
+        if "failure" in outcome or "error" in outcome:
+            result.failed.append(name)
+        elif skipped is not None and skipped.get("type") == "pytest.xfail":
+            result.xfailed.append(name)
+        elif skipped is not None:
+            result.skipped.append(name)
+        else:
+            result.passed.append(name)
+    print(f"{tests.name} on {backend.name}: {result.summary()}")
+    return result
+
+
+def run_snapshot_suite(
+    backend: BackendUnderTest,
+    repository: str,
+    paths: Sequence[str],
+    plugin: str,
+    relocate: tuple[str, str] = ("", ""),
+) -> SuiteResult:
+    """`run_suite` on ``paths`` of a repository's snapshot (see `source`), copied to a
+    temporary folder; skips, saying why, where there is no snapshot."""
+    try:
+        found, commit = source(paths[0], repositories=[repository])
+    except Missing as why:
+        pytest.skip(f"{repository}'s own tests not run: {why}")
+    with tempfile.TemporaryDirectory() as folder:
+        tests = copy_files(found, commit, paths, Path(folder), relocate)
+        return run_suite(backend, tests, plugin)

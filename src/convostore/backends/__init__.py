@@ -3,8 +3,9 @@
 and imported only when a URL names it. `backends.spi` holds the types a backend
 exchanges with the store, `backends.sql` what SQL backends share.
 
-Importing this package imports nothing else: `open_store` (the store's lifecycle, in
-`convostore.store.lifecycle`) and the interface's names are imported at first use.
+Importing this package imports nothing else: the interface's names and
+`pending_migrations` (`convostore.backends.registry`) are imported at first use. The
+store's lifecycle (`open_store`) is `convostore.store.lifecycle`, above the backends.
 """
 
 from __future__ import annotations
@@ -14,17 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from convostore.backends.interface import Backend, Capabilities
-    from convostore.store.lifecycle import open_store, pending_migrations
+    from convostore.backends.registry import pending_migrations
 
-__all__ = ["DEFAULT_URL", "Backend", "Capabilities", "open_store", "pending_migrations"]
+__all__ = ["DEFAULT_URL", "Backend", "Capabilities", "pending_migrations"]
 
 DEFAULT_URL = "sqlite:///convostore.db"
 
 _LAZY = {
     "Backend": "convostore.backends.interface",
     "Capabilities": "convostore.backends.interface",
-    "open_store": "convostore.store.lifecycle",
-    "pending_migrations": "convostore.store.lifecycle",
+    "pending_migrations": "convostore.backends.registry",
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from importlib.metadata import entry_points
+from typing import Any
 
 from convostore.backends.interface import Backend
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
@@ -22,6 +23,7 @@ __all__ = [
     "BUILTIN",
     "ENTRY_POINT_GROUP",
     "backend_for",
+    "pending_migrations",
     "register_backend",
     "require_driver",
     "scheme_of",
@@ -94,6 +96,13 @@ def backend_for(url: str) -> type[Backend]:
             f"the {base!r} backend is not in this installation of convostore"
         )
     raise InvalidArgumentError(f"unknown store URL scheme {scheme!r} in {url!r}")
+
+
+async def pending_migrations(url: str, **options: Any) -> list[str]:
+    """The schema migrations connecting to ``url`` would apply, one line each, oldest
+    first; [] when the schema is current. Changes nothing (see
+    `Backend.pending_migrations`)."""
+    return await backend_for(url).pending_migrations(url, **options)
 
 
 def _builtin(scheme: str) -> type[Backend] | None:

@@ -9,7 +9,7 @@ import logging
 import weakref
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from convostore.conversation.events import (
     DEFAULT_MAX_PENDING_EVENTS,
@@ -35,14 +35,23 @@ from convostore.ids import new_id
 from convostore.model import Message, Session, UserRef
 from convostore.store import Store
 
-if TYPE_CHECKING:
-    from convostore.sync import SyncConversationFactory, SyncStore
-
 __all__ = ["BaseConversationFactory", "ConversationFactory", "InMemoryConversationFactory"]
 
 logger = logging.getLogger("convostore.conversation")
 
 C = TypeVar("C", bound=StoredConversation)
+Blocking = TypeVar("Blocking", covariant=True)
+
+
+class BlockingStore(Protocol[Blocking]):
+    """What `ConversationFactory.for_sync_store` needs of a sync store (a
+    `convostore.sync.SyncStore`): the async store it wraps, and the wrapping of a factory
+    made on it. The facade sits above this module, so it is named here only by shape."""
+
+    @property
+    def target(self) -> Store: ...
+
+    def blocking_factory(self, factory: BaseConversationFactory[Any]) -> Blocking: ...
 
 
 class BaseConversationFactory(Generic[C]):
@@ -380,18 +389,16 @@ class ConversationFactory(BaseConversationFactory[StoredConversation]):
     @classmethod
     def for_sync_store(
         cls,
-        store: SyncStore,
+        store: BlockingStore[Blocking],
         *,
         title_generator: TitleGenerator | None = None,
         title_every: int = 1,
-    ) -> SyncConversationFactory:
+    ) -> Blocking:
         """A factory on a `convostore.sync` store, with blocking methods; the
         conversations it returns are blocking too (`add` is a plain call either way).
         Listeners run on the facade's loop thread; `events` gives a plain iterator."""
-        from convostore.sync import SyncConversationFactory
-
         factory = cls(store.target, title_generator=title_generator, title_every=title_every)
-        return SyncConversationFactory(factory, store.loop_thread)
+        return store.blocking_factory(factory)
 
 
 class InMemoryConversationFactory(BaseConversationFactory[InMemoryConversation]):
@@ -417,10 +424,11 @@ class InMemoryConversationFactory(BaseConversationFactory[InMemoryConversation])
     async def _open_store(self) -> Store:
         async with self._opening:
             if self._store is None:
-                import convostore
+                # Imported here: the registry loads when a store is opened, not before.
+                from convostore.store.lifecycle import open_store
 
                 self._check_open()
-                self._bind(await convostore.connect("memory://"))
+                self._bind(await open_store("memory://"))
         return self.store
 
     async def __aenter__(self) -> Self:

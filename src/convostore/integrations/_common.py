@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import re
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -148,6 +149,20 @@ async def rewrite_view(
 
 def _with_id(write: AnyWrite, id_: str) -> AnyWrite:
     return dataclasses.replace(write, id=id_)
+
+
+def tool_arguments(arguments: Any) -> dict[str, Any]:
+    """A framework's tool-call arguments as the mapping `ToolCall.arguments` holds: a JSON
+    object's text decoded, anything else that is no mapping kept under ``"arguments"``
+    (nothing at all is no arguments)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return {"arguments": arguments}
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    return {} if arguments is None else {"arguments": arguments}
 
 
 def framework_metadata(key: str, value: Any) -> dict[str, Any]:

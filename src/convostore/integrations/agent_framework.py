@@ -29,7 +29,7 @@ from typing import Any
 
 from convostore.errors import ConflictError, InvalidArgumentError
 from convostore.filters import EventFilter
-from convostore.integrations._common import missing_framework, stored_form
+from convostore.integrations._common import missing_framework, stored_form, tool_arguments
 from convostore.integrations._loops import LoopBridge
 from convostore.model import MESSAGE, Event, Message, MessageWrite, Role, ToolCall
 from convostore.store import Store
@@ -147,7 +147,7 @@ def message_to_write(message: AfMessage) -> MessageWrite:
                 ToolCall(
                     str(content.call_id or f"call-{index}"),
                     str(content.name),
-                    _finite(_arguments(content.arguments)),
+                    _finite(tool_arguments(content.arguments)),
                 )
             )
         elif content.type == "function_result":
@@ -208,17 +208,6 @@ def _as_text(value: Any) -> str:
         return json.dumps(value, default=str)
     except ValueError:
         return str(value)
-
-
-def _arguments(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return {"arguments": arguments}
-    if isinstance(arguments, Mapping):
-        return dict(arguments)
-    return {} if arguments is None else {"arguments": arguments}
 
 
 def _finite(value: Any) -> Any:

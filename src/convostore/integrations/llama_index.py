@@ -42,7 +42,13 @@ from typing import Any, TypeVar
 from convostore.errors import ConflictError, InvalidArgumentError
 from convostore.filters import EventFilter
 from convostore.ids import new_id
-from convostore.integrations._common import AnyWrite, copy_write, missing_framework, stored_form
+from convostore.integrations._common import (
+    AnyWrite,
+    copy_write,
+    missing_framework,
+    stored_form,
+    tool_arguments,
+)
 from convostore.integrations._loops import LoopBridge
 from convostore.model import (
     COMPACTION,
@@ -169,19 +175,10 @@ def _tool_calls(whole: Mapping[str, Any]) -> list[ToolCall]:
                 ToolCall(
                     str(call.get("id") or f"call-{index}"),
                     str(function.get("name")),
-                    _arguments(function.get("arguments")),
+                    tool_arguments(function.get("arguments")),
                 )
             )
     return calls
-
-
-def _arguments(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return {"arguments": arguments}
-    return dict(arguments) if isinstance(arguments, Mapping) else {"arguments": arguments}
 
 
 # ---------------------------------------------------------------- the log of a key

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from convostore._urls import redacted
-from convostore.backends.registry import backend_for
+from convostore.backends.registry import backend_for, pending_migrations
 from convostore.backends.spi import VectorIndexSpec
 from convostore.embedding import Embedder
 from convostore.store import Store, check_indexed_keys, filtering
@@ -36,10 +36,3 @@ async def open_store(
     store = Store(backend, connected, embedder=chosen)
     store.url = redacted(url)
     return store
-
-
-async def pending_migrations(url: str, **options: Any) -> list[str]:
-    """The schema migrations connecting to ``url`` would apply, one line each, oldest
-    first; [] when the schema is current. Changes nothing (see
-    `Backend.pending_migrations`)."""
-    return await backend_for(url).pending_migrations(url, **options)

@@ -3,8 +3,10 @@ shows on a database in use (an index that other owners' vectors crowd, a listing
 lookup that other sessions could leak into).
 
 `populate` writes, deterministically and in batches (one `Store.append_events` per
-session, one session at a time: MariaDB 11.8's vector graph refuses concurrent appends,
-see ``test_differential.py``): `OWNERS` owners, each with `SESSIONS_PER_OWNER`
+session, `AT_ONCE` sessions at a time, so that SQLite commits them in one group and a
+server's pool works in parallel; a batch refused under that concurrency is written again
+alone: MariaDB 11.8's vector graph refuses concurrent appends of vectors, see
+``test_differential.py``): `OWNERS` owners, each with `SESSIONS_PER_OWNER`
 sessions (every fourth a part of the one before it), each session holding a user message,
 an assistant message, a system message and an app event. The messages carry vectors of
 four models of three widths (`MODELS`) and some carry none, their words drawn from
@@ -17,6 +19,7 @@ keys `INDEXED_KEYS`, so a lookup by a value a test also uses finds them too.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import time
@@ -25,10 +28,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from convostore.embedding import HashingEmbedder, Metric
+from convostore.errors import StoreError
 from convostore.model import EventWrite, MessageWrite, Role, Session, User
 from convostore.store import Store
 
 __all__ = [
+    "AT_ONCE",
     "FAR_FUTURE",
     "INDEXED_KEYS",
     "METADATA_VALUES",
@@ -43,6 +48,8 @@ __all__ = [
 
 OWNERS = 250
 SESSIONS_PER_OWNER = 8
+# Sessions written at once (a multiple of 4: a part is written after its parent).
+AT_ONCE = 16
 INDEXED_KEYS = ("tenant", "topic")
 METADATA_VALUES = ("acme", "globex", "initech", "ü-🙂", "42")
 FAR_FUTURE = datetime(2999, 1, 1, tzinfo=UTC)
@@ -147,46 +154,89 @@ def _message(
     )
 
 
+@dataclass(frozen=True)
+class _PlannedSession:
+    """One session of the population, drawn before anything is written."""
+
+    index: int
+    owner_id: str
+    agent_id: str
+    metadata: dict[str, str]
+    writes: list[MessageWrite | EventWrite]
+
+    @property
+    def is_part(self) -> bool:
+        # Every fourth session is a part of the one before it (of the same owner).
+        return self.index % 4 == 3
+
+
+def _plan(rng: random.Random, populated: PopulatedDatabase) -> list[_PlannedSession]:
+    vectors = itertools.cycle(_VECTOR_CHOICES)
+    planned: list[_PlannedSession] = []
+    for owner_number in range(OWNERS):
+        owner_id = f"populated-owner-{owner_number}"
+        agent = _agent(owner_number)
+        for number in range(SESSIONS_PER_OWNER):
+            metadata = {key: rng.choice(METADATA_VALUES) for key in INDEXED_KEYS}
+            writes: list[MessageWrite | EventWrite] = []
+            for role, author in ((Role.USER, owner_id), (Role.ASSISTANT, agent.id)):
+                model = next(vectors)
+                writes.append(_message(rng, role, author, model))
+                populated.models[None if model is None else model.name] += 1
+            writes.append(_message(rng, Role.SYSTEM, None, None))
+            writes.append(EventWrite("APP.POPULATED", {"owner": owner_number, "n": number}))
+            index = owner_number * SESSIONS_PER_OWNER + number
+            planned.append(_PlannedSession(index, owner_id, agent.id, metadata, writes))
+    return planned
+
+
+async def _create(store: Store, planned: _PlannedSession, parent: Session | None) -> Session:
+    return await store.create_session(
+        planned.owner_id,
+        title=f"populated {planned.index}",
+        kind="chat" if planned.index % 3 else "task",
+        part_of=None if parent is None else parent.id,
+        held_with=None if parent is None else planned.agent_id,
+        metadata=planned.metadata,
+        expires_at=FAR_FUTURE if planned.index % 5 == 0 else None,
+    )
+
+
+async def _append(store: Store, session: Session, planned: _PlannedSession) -> None:
+    if not await store.append_events(session.id, planned.writes, expected_version=0):
+        raise AssertionError(f"the population's batch for session {planned.index} was refused")
+
+
 async def populate(store: Store, *, seed: int = 20261201) -> PopulatedDatabase:
     """Write the population (see the module's docstring) through ``store``, which must
     not embed messages itself (each carries its vector, or none on purpose)."""
     started = time.perf_counter()
-    rng = random.Random(seed)
     populated = PopulatedDatabase(store)
+    planned = _plan(random.Random(seed), populated)
     for number in range(7):
         await store.put_user(_agent(number))
-    vectors = itertools.cycle(_VECTOR_CHOICES)
-    parent: Session | None = None
-    for owner_number in range(OWNERS):
-        owner = await store.put_user(
-            User(f"populated-owner-{owner_number}", f"Owner {owner_number}")
-        )
-        agent = _agent(owner_number)
-        for number in range(SESSIONS_PER_OWNER):
-            index = owner_number * SESSIONS_PER_OWNER + number
-            # Every fourth session is a part of the one before it (of the same owner).
-            part_of = parent.id if parent is not None and index % 4 == 3 else None
-            session = await store.create_session(
-                owner.id,
-                title=f"populated {index}",
-                kind="chat" if index % 3 else "task",
-                part_of=part_of,
-                held_with=None if part_of is None else agent.id,
-                metadata={key: rng.choice(METADATA_VALUES) for key in INDEXED_KEYS},
-                expires_at=FAR_FUTURE if index % 5 == 0 else None,
+    await asyncio.gather(
+        *(store.put_user(User(f"populated-owner-{n}", f"Owner {n}")) for n in range(OWNERS))
+    )
+    for start in range(0, len(planned), AT_ONCE):
+        group = planned[start : start + AT_ONCE]
+        made: dict[int, Session] = {}
+        for parts in (False, True):
+            chosen = [p for p in group if p.is_part is parts]
+            sessions = await asyncio.gather(
+                *(_create(store, p, made[p.index - 1] if parts else None) for p in chosen)
             )
-            parent = session
-            writes: list[MessageWrite | EventWrite] = []
-            for role, author in ((Role.USER, owner), (Role.ASSISTANT, agent)):
-                model = next(vectors)
-                writes.append(_message(rng, role, author.id, model))
-                populated.models[None if model is None else model.name] += 1
-            writes.append(_message(rng, Role.SYSTEM, None, None))
-            writes.append(EventWrite("APP.POPULATED", {"owner": owner_number, "n": number}))
-            # One batch per session.
-            if not await store.append_events(session.id, writes, expected_version=0):
-                raise AssertionError(f"the population's batch for session {index} was refused")
-            populated.sessions += 1
-            populated.events += len(writes)
+            made.update((p.index, session) for p, session in zip(chosen, sessions, strict=True))
+        appended = await asyncio.gather(
+            *(_append(store, made[p.index], p) for p in group), return_exceptions=True
+        )
+        for p, outcome in zip(group, appended, strict=True):
+            if isinstance(outcome, StoreError):
+                # Refused under concurrency (see the module's docstring): alone, it lands.
+                await _append(store, made[p.index], p)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        populated.sessions += len(group)
+        populated.events += sum(len(p.writes) for p in group)
     populated.seconds = time.perf_counter() - started
     return populated

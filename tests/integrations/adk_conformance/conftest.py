@@ -28,14 +28,7 @@ import pytest
 
 from convostore import Store
 from convostore.integrations.adk import ConvostoreSessionService
-from tests.integrations.upstream import (
-    CACHE,
-    MIRRORS,
-    Missing,
-    UpstreamSuite,
-    copy_files,
-    deselect,
-)
+from tests.integrations.upstream import CACHE, UpstreamSuite, copy_files, deselect, source
 
 COMMIT = "d9f4d3d288257593471fc708a9ab851779005ca5"
 PACKAGE = "adk_upstream"
@@ -55,17 +48,12 @@ DIVERGENCES: dict[str, str] = {}
 
 
 def _source() -> tuple[Path, str | None]:
-    named = os.environ.get("CONVOSTORE_ADK_PYTHON")
-    candidates = [Path(named)] if named else []
-    candidates += [CACHE / "adk-python", MIRRORS / "CloudEngineHub+adk-python" / "repo"]
-    for candidate in candidates:
-        if (candidate / FILES[2]).is_file():
-            return candidate, None
-        if (candidate / "HEAD").is_file():
-            return candidate, COMMIT
-    raise Missing(
-        "adk-python's session tests were not found (set CONVOSTORE_ADK_PYTHON to a checkout "
-        f"of CloudEngineHub/adk-python at {COMMIT}, or run scripts/fetch_framework_tests.sh)"
+    return source(
+        FILES[2],
+        variable="CONVOSTORE_ADK_PYTHON",
+        cached="adk-python",
+        repositories=["CloudEngineHub/adk-python"],
+        commit=COMMIT,
     )
 
 

@@ -1,5 +1,6 @@
-"""Plugins that run a framework's own tests against its convostore adapter (see
-`tests.integrations.suites`): each puts the adapter where the framework's store was."""
+"""Plugins that run a framework's own tests against its convostore adapter in a child
+process (see `tests.integrations.upstream.run_suite`): each puts the adapter where the
+framework's store was."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ import argparse
 import sys
 from typing import TextIO
 
-from convostore.backends import DEFAULT_URL, open_store
+from convostore.backends import DEFAULT_URL
 from convostore.integrations.importers import FORMATS, ImportSourceError, import_source
+from convostore.store.lifecycle import open_store
 
 __all__ = ["ProgressBar", "add_arguments", "run"]
 

@@ -36,8 +36,8 @@ from convostore.testing.differential import (
 from convostore.testing.fixtures import BackendUnderTest, StoreFactory
 from convostore.testing.populated import INDEXED_KEYS, MODELS, populate
 
-CI_EXAMPLES = 20
-CI_STEPS = 30
+CI_EXAMPLES = 10
+CI_STEPS = 25
 
 
 class _NotInline:
