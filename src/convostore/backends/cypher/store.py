@@ -12,10 +12,11 @@ refused.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, ClassVar, Final, Self
+from typing import Any, ClassVar, Final, Self, TypeVar
 
 from convostore._json import index_value
 from convostore._time import to_micros
@@ -48,9 +49,7 @@ from convostore.backends.spi import (
     SessionChanges,
     VectorIndexSpec,
 )
-from convostore.errors import (
-    StoreError,
-)
+from convostore.errors import BackendUnavailableError, StoreError
 from convostore.filters import (
     EventFilter,
     apply_filter,
@@ -72,6 +71,7 @@ from convostore.model import (
 __all__ = ["CypherBackend"]
 
 Rows = list[list[Any]]
+Connection = TypeVar("Connection")
 # An append that wrote nothing although nothing was wrong when it was looked into (a
 # session, user or event that appeared or went in between) is tried again this often.
 _APPEND_ATTEMPTS: Final = 3
@@ -134,6 +134,20 @@ class CypherBackend(Backend):
         """Wait until every index is built, where a query of one being built would
         miss what it does not hold yet; by default nothing (a server whose index
         queries fail until then: `_vector_index_ready` keeps a search from them)."""
+
+    def _opened(self, connection: Connection | None) -> Connection:
+        """``connection`` (a driver, a pool, a graph) of an open store;
+        `BackendUnavailableError` once it is closed."""
+        if connection is None:
+            raise BackendUnavailableError(f"{self._where}: the store is not open")
+        return connection
+
+    @staticmethod
+    def _releasing(
+        abort: Callable[[Connection], None], connection: Connection | None
+    ) -> Callable[[], None] | None:
+        """What `release_when_dropped` gives: ``abort`` of the open ``connection``."""
+        return None if connection is None else functools.partial(abort, connection)
 
     async def _schema_reader(self) -> schema.Run:
         """How `pending_migrations` reads the schema without writing."""

@@ -4,7 +4,6 @@ asyncio API and a pool of connections; where the driver's errors end."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Self
@@ -105,15 +104,12 @@ class FalkorDBBackend(CypherBackend):
             await pool.aclose()
 
     def release_when_dropped(self) -> Callable[[], None] | None:
-        pool = self._pool
-        return None if pool is None else functools.partial(_abort_connections, pool)
+        return self._releasing(_abort_connections, self._pool)
 
     @property
     def graph(self) -> AsyncGraph:
         """The client's graph object (for the store's own tests and benchmarks)."""
-        if self._graph is None:
-            raise BackendUnavailableError(f"{self._where}: the store is not open")
-        return self._graph
+        return self._opened(self._graph)
 
     # ---------------------------------------------------------------- running queries
 

@@ -4,7 +4,6 @@ errors end."""
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Self
@@ -85,15 +84,12 @@ class Neo4jBackend(CypherBackend):
             await driver.close()
 
     def release_when_dropped(self) -> Callable[[], None] | None:
-        driver = self._driver
-        return None if driver is None else functools.partial(_abort_connections, driver)
+        return self._releasing(_abort_connections, self._driver)
 
     @property
     def driver(self) -> neo4j.AsyncDriver:
         """The driver (for the store's own tests and benchmarks)."""
-        if self._driver is None:
-            raise BackendUnavailableError(f"{self._where}: the store is not open")
-        return self._driver
+        return self._opened(self._driver)
 
     # ---------------------------------------------------------------- running queries
 
