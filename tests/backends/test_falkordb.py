@@ -1,86 +1,37 @@
 """What is the FalkorDB backend's own: its URLs, the schema and indexes it creates in a
-graph, the graph model a user's own Cypher walks, a server killed during appends and
-restarted from its files, the pool after a lost server, and a 10 MB message. What every
-backend does is the contract suite's (tests/contract)."""
+graph, the graph model a user's own Cypher walks, the pool, and a 10 MB message. What
+every backend does is the contract suite's (tests/contract: test_crash.py kills its
+server during appends)."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
 import convostore
 from convostore import (
-    BackendUnavailableError,
     EventFilter,
     InvalidArgumentError,
     MessageWrite,
     NotIndexedError,
     Role,
-    SchemaVersionError,
     Store,
-    User,
 )
 from convostore.backends.cypher.values import metadata_entry
 from convostore.embedding import HashingEmbedder
-from tests.backends.support import missing_driver, server_unavailable
+from tests.backends.graphs import ADA, FALKORDB, backend_of, store
 
-if skip_reason := missing_driver("falkordb", "falkordb"):
-    pytest.skip(skip_reason, allow_module_level=True)
+FALKORDB.skip_without_driver(module=True)
 
-from convostore.backends.falkordb import SCHEMA_VERSION, FalkorDBBackend, parse_falkordb_url
-from convostore.backends.falkordb.schema import indexes
-from tests.servers.falkordb import FalkorDBServer, ServerUnavailable, TestServer, shared_server
+from convostore.backends.falkordb import FalkorDBBackend, parse_falkordb_url  # noqa: E402
 
-ADA = User("ada", "Ada")
-PLANNER = User("planner", "Planner", kind="agent")
-_graphs = itertools.count(1)
+__all__ = ["store"]
 
 
-@pytest.fixture(scope="module")
-def server() -> TestServer:
-    try:
-        return shared_server()
-    except ServerUnavailable as why:
-        server_unavailable("falkordb", str(why))
-        raise
-
-
-def falkor_of(store: Store) -> FalkorDBBackend:
-    """The FalkorDB backend under ``store`` (its graph and queries)."""
-    assert isinstance(store.backend, FalkorDBBackend)
-    return store.backend
-
-
-@pytest.fixture
-def url(server: TestServer) -> str:
-    return server.url(f"backend_{os.getpid()}_{next(_graphs)}")
-
-
-@pytest.fixture
-async def store(url: str) -> AsyncIterator[Store]:
-    opened = await convostore.connect(url)
-    assert isinstance(opened.backend, FalkorDBBackend)
-    yield opened
-    await opened.close()
-
-
-@pytest.fixture
-def own_server() -> Iterator[FalkorDBServer]:
-    """A server of this test's own, which it may kill."""
-    server = FalkorDBServer()
-    try:
-        server.start()
-    except ServerUnavailable as why:
-        server_unavailable("falkordb", str(why))
-    yield server
-    server.stop()
+url = FALKORDB.url_fixture()
 
 
 # ---------------------------------------------------------------------------- URLs
@@ -128,50 +79,22 @@ def test_bad_urls_are_refused(bad: str) -> None:
         parse_falkordb_url(bad)
 
 
-async def test_an_unreachable_server_is_backend_unavailable() -> None:
-    with pytest.raises(BackendUnavailableError):
-        await convostore.connect("falkordb://127.0.0.1:1/g?connect_timeout=2")
-
-
-def test_a_missing_client_names_the_extra() -> None:
-    script = (
-        "import asyncio, sys\n"
-        "sys.modules['falkordb'] = None\n"
-        "import convostore\n"
-        "try:\n"
-        "    asyncio.run(convostore.connect('falkordb://h/g'))\n"
-        "except convostore.BackendUnavailableError as error:\n"
-        "    print(error)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert "pip install 'convostore[falkordb]'" in result.stdout
-
-
 # ---------------------------------------------------------------------------- schema
 
 
 async def test_connect_creates_every_index_once(url: str) -> None:
     first = await convostore.connect(url, embedder=HashingEmbedder(16))
     second = await convostore.connect(url, embedder=HashingEmbedder(16))
-    found = await indexes(falkor_of(first)._schema_query)
+    found = await backend_of(first, FalkorDBBackend)._inventory()
     await first.close()
     await second.close()
     for label, prop in [("User", "id"), ("Session", "owner_id"), ("Event", "session_id")]:
-        assert (label, prop, "RANGE") in found
-    assert ("Event", "seq", "RANGE") in found
-    assert ("Session", "metadata_entries", "RANGE") in found
-    assert ("Message", "search_text", "FULLTEXT") in found
-    assert ("Message", "embedding", "VECTOR") in found
-
-
-async def test_a_newer_schema_is_refused(store: Store, url: str) -> None:
-    await falkor_of(store).graph.query(
-        "MATCH (c:ConvostoreSchema) SET c.version = $version", {"version": SCHEMA_VERSION + 1}
-    )
-    with pytest.raises(SchemaVersionError):
-        await convostore.connect(url)
+        assert f"RANGE {label}.{prop}" in found.keys
+    assert "RANGE Event.seq" in found.keys
+    assert "RANGE Session.metadata_entries" in found.keys
+    assert "FULLTEXT Message.search_text" in found.keys
+    assert "VECTOR Message.embedding" in found.keys
+    assert found.vector_shape == (16, "cosine")
 
 
 # ---------------------------------------------------------------------------- indexed keys
@@ -179,7 +102,7 @@ async def test_a_newer_schema_is_refused(store: Store, url: str) -> None:
 
 async def _entries(store: Store) -> dict[str, list[str]]:
     rows = (
-        await falkor_of(store).graph.query(
+        await backend_of(store, FalkorDBBackend).graph.query(
             "MATCH (s:Session) RETURN s.id, s.metadata_entries ORDER BY s.id"
         )
     ).result_set
@@ -193,7 +116,7 @@ async def test_recording_and_dropping_a_key_is_one_query_and_a_rerun_writes_the_
     try:
         for n in range(5):
             await store.create_session(ADA, metadata={"tenant": f"t{n % 2}", "colour": f"c{n}"})
-        backend = falkor_of(store)
+        backend = backend_of(store, FalkorDBBackend)
         writes: list[tuple[str, dict[str, Any]]] = []
         run = backend._run
 
@@ -234,7 +157,7 @@ async def test_a_key_marked_but_not_yet_recorded_is_written_but_not_searchable(
     store = await convostore.connect(url)
     try:
         before = await store.create_session(ADA, metadata={"colour": "red"})
-        await falkor_of(store).graph.query(
+        await backend_of(store, FalkorDBBackend).graph.query(
             "MATCH (c:ConvostoreSchema {key: 'convostore'}) SET c.indexing_keys = ['colour']"
         )
         during = await store.create_session(ADA, metadata={"colour": "red"})
@@ -244,7 +167,9 @@ async def test_a_key_marked_but_not_yet_recorded_is_written_but_not_searchable(
         }
         with pytest.raises(NotIndexedError):
             await store.find_sessions_by_metadata("colour", "red")
-        assert await falkor_of(store).add_indexed_keys(frozenset({"colour"})) == {"colour"}
+        assert await backend_of(store, FalkorDBBackend).add_indexed_keys(frozenset({"colour"})) == {
+            "colour"
+        }
         assert await store.find_sessions_by_metadata("colour", "red") == [before, during]
     finally:
         await store.close()
@@ -255,7 +180,7 @@ async def test_dropping_a_key_an_add_left_marked_stops_writes_indexing_it(url: s
     the key ends that, and takes the entries written meanwhile."""
     store = await convostore.connect(url)
     try:
-        await falkor_of(store).graph.query(
+        await backend_of(store, FalkorDBBackend).graph.query(
             "MATCH (c:ConvostoreSchema {key: 'convostore'}) SET c.indexing_keys = ['colour']"
         )
         during = await store.create_session(ADA, metadata={"colour": "red"})
@@ -264,7 +189,7 @@ async def test_dropping_a_key_an_add_left_marked_stops_writes_indexing_it(url: s
         assert await store.drop_metadata_index("colour") is False
         after = await store.create_session(ADA, metadata={"colour": "red"})
         assert await _entries(store) == {during.id: [], after.id: []}
-        assert await falkor_of(store).indexed_keys() == frozenset()
+        assert await backend_of(store, FalkorDBBackend).indexed_keys() == frozenset()
     finally:
         await store.close()
 
@@ -275,7 +200,7 @@ async def test_a_key_dropped_while_it_is_being_added_is_not_recorded(
     store = await convostore.connect(url)
     try:
         first = await store.create_session(ADA, metadata={"colour": "red"})
-        backend = falkor_of(store)
+        backend = backend_of(store, FalkorDBBackend)
         run = backend._run
 
         async def dropping_after_the_mark(
@@ -301,47 +226,6 @@ async def test_a_key_dropped_while_it_is_being_added_is_not_recorded(
 # ---------------------------------------------------------------------------- graph model
 
 
-async def test_the_graph_answers_a_users_own_cypher(store: Store) -> None:
-    session = await store.create_session(ADA, title="Launch")
-    first = await store.add_message(
-        session.id, MessageWrite(Role.USER, "Launch in March?", author=ADA, recipients=[PLANNER])
-    )
-    await store.add_message(
-        session.id,
-        MessageWrite(
-            Role.ASSISTANT, "Checking", author=PLANNER, recipients=[ADA], in_reply_to=first.id
-        ),
-    )
-    other = await store.create_session(ADA)
-    await store.add_message(other.id, MessageWrite(Role.USER, "hello", author=ADA))
-    graph = falkor_of(store).graph
-    # Every session where an agent was a recipient.
-    rows = (
-        await graph.query(
-            "MATCH (s:Session)-[:HAS_EVENT]->(:Message)-[:RECIPIENT]->(u:User {kind: 'agent'})"
-            " RETURN DISTINCT s.id"
-        )
-    ).result_set
-    assert rows == [[session.id]]
-    # The conversation in order, with authors and replies.
-    rows = (
-        await graph.query(
-            "MATCH (s:Session {id: $id})-[h:HAS_EVENT]->(m:Message)-[:AUTHOR]->(a:User)"
-            " OPTIONAL MATCH (m)-[:IN_REPLY_TO]->(r) RETURN a.id, m.content, r.id"
-            " ORDER BY h.seq",
-            {"id": session.id},
-        )
-    ).result_set
-    assert rows == [["ada", "Launch in March?", None], ["planner", "Checking", first.id]]
-    # Recipients in the order written.
-    rows = (
-        await graph.query(
-            "MATCH (s:Session)-[:OWNER]->(:User {id: 'ada'}) RETURN count(s)",
-        )
-    ).result_set
-    assert rows == [[2]]
-
-
 async def test_a_ten_megabyte_message_round_trips(store: Store) -> None:
     words = [f"wörd{n % 5000} Ünï" for n in range(800_000)]
     content = " ".join(words)[: 10 * 1024 * 1024]
@@ -354,48 +238,11 @@ async def test_a_ten_megabyte_message_round_trips(store: Store) -> None:
     assert hit.message.id == message.id
 
 
-# ---------------------------------------------------------------------------- a lost server
-
-
-async def test_killed_during_appends_every_acknowledged_append_survives(
-    own_server: FalkorDBServer,
-) -> None:
-    url = own_server.url("durable")
-    store = await convostore.connect(url)
-    session = await store.create_session(ADA)
-    acknowledged: list[str] = []
-    enough = asyncio.Event()
-
-    async def writer(index: int) -> None:
-        for n in itertools.count():
-            message = await store.add_message(
-                session.id, MessageWrite(Role.USER, f"{index}-{n}", author=ADA)
-            )
-            acknowledged.append(message.id)
-            if len(acknowledged) >= 60:
-                enough.set()
-
-    writers = [asyncio.create_task(writer(i)) for i in range(4)]
-    await enough.wait()
-    own_server.kill()
-    results = await asyncio.gather(*writers, return_exceptions=True)
-    assert all(isinstance(r, BackendUnavailableError) for r in results), results
-    with pytest.raises(BackendUnavailableError):
-        await store.get_session(session.id)
-
-    own_server.start()
-    # The same store's pool finds its connections lost and opens new ones.
-    log = await store.read(session.id)
-    stored = {event.id for event in log}
-    assert set(acknowledged) <= stored
-    assert [event.seq for event in log] == list(range(1, len(log) + 1))
-    again = await store.add_message(session.id, MessageWrite(Role.USER, "after", author=ADA))
-    assert again.seq == len(log) + 1
-    await store.close()
+# ---------------------------------------------------------------------------- the pool
 
 
 async def test_the_pool_waits_for_a_free_connection(url: str) -> None:
-    store = await convostore.connect(url.replace("/backend_", "/pool_") + "?pool_max_size=2")
+    store = await convostore.connect(url.replace("/graph_", "/pool_") + "?pool_max_size=2")
     session = await store.create_session(ADA)
     results: list[Any] = await asyncio.gather(
         *(store.add_message(session.id, MessageWrite(Role.USER, f"m{n}")) for n in range(20))

@@ -41,6 +41,7 @@ __all__ = [
     "BackendUrl",
     "Divergence",
     "OnServer",
+    "ServerCrash",
     "StoreFactory",
     "Unavailable",
     "backend_fixture",
@@ -68,13 +69,28 @@ BackendUrl = Callable[[Path], "str | Unavailable"]
 
 
 @dataclass(frozen=True, slots=True)
+class ServerCrash:
+    """How a runner crashes a backend's server and brings it back: ``kill`` ends it as a
+    crash of its machine would (SIGKILL), ``restart`` starts it again from its files on
+    the same address; ``url`` is the test's database, with the options that make a store
+    give up soon on a server that is gone."""
+
+    kill: Callable[[], None]
+    restart: Callable[[], None]
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
 class OnServer:
     """A backend whose tests share one server for the whole session: ``server`` names the
     session-scoped fixture that gives it (or `Unavailable`), ``fresh`` the URL of a new,
-    empty database on it for one test."""
+    empty database on it for one test. ``crash``, where the runner can kill and restart
+    that server: the `ServerCrash` for the server and a test's URL (None for a server it
+    cannot, such as one it did not start)."""
 
     server: str
     fresh: Callable[[Any], str]
+    crash: Callable[[Any, str], ServerCrash | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +134,13 @@ def backend_missing(name: str, reason: str) -> NoReturn:
 class BackendUnderTest:
     """One backend and the database of one test: ``backend()`` is its URL, the same on
     every call, so a test can open a second store on the same database (when
-    ``capabilities.persistent`` / ``cross_process`` say that means something)."""
+    ``capabilities.persistent`` / ``cross_process`` say that means something).
+    ``crash``: how to crash its server and restart it, where the runner can."""
 
-    def __init__(self, name: str, url: str) -> None:
+    def __init__(self, name: str, url: str, crash: ServerCrash | None = None) -> None:
         self.name = name
         self.url = url
+        self.crash = crash
 
     def __call__(self) -> str:
         return self.url
@@ -151,14 +169,17 @@ def backend_fixture(
         if name in opted_out:
             pytest.skip(f"backend {name!r} skipped: {SKIP_VARIABLE} names it")
         entry = backends[name]
+        crash = None
         if isinstance(entry, OnServer):
             server = request.getfixturevalue(entry.server)
             url = server if isinstance(server, Unavailable) else entry.fresh(server)
+            if entry.crash is not None and isinstance(url, str):
+                crash = entry.crash(server, url)
         else:
             url = entry(tmp_path)
         if isinstance(url, Unavailable):
             backend_missing(name, url.reason)
-        return BackendUnderTest(name, url)
+        return BackendUnderTest(name, url, crash)
 
     return backend
 

@@ -7,5 +7,8 @@ vector procedures, how a transaction is expressed); ``dialect`` also notes what 
 - `dialect`: `CypherDialect` and FalkorDB's dialect.
 - `queries`: the graph model and every query, as named constants with parameters.
 - `values`: values to parameters, rows back to values.
-- `store`: `CypherBackend`, whose subclass gives a dialect and a way to run a query.
+- `schema`: the schema's record, its migrations applied, the metadata index's keys.
+- `url`: what every graph backend's URL takes alike.
+- `store`: `CypherBackend` (lifecycle, schema and every primitive), whose subclass gives
+  a dialect, its migrations, and the few methods that speak to its server.
 """

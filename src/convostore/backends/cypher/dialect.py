@@ -24,7 +24,7 @@ Memgraph (Bolt, the same ``neo4j`` driver):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from convostore.backends.spi import Metric
@@ -50,6 +50,7 @@ class CypherDialect:
       each giving a distance.
     - ``lock_template``: the clause that takes a write lock on a node (``{alias}``) before
       a write checks what it read of it; empty where writes never interleave.
+    - ``metric_names``: how the vector index's DDL names each metric.
     - ``fulltext_separator``: what joins the quoted terms of a full-text query so that a
       node must hold every one.
     """
@@ -64,7 +65,9 @@ class CypherDialect:
     vector_query_template: str
     vector_value_template: str
     distance_templates: dict[Metric, str]
-    metric_names: dict[Metric, str]
+    metric_names: dict[Metric, str] = field(
+        default_factory=lambda: {"cosine": "cosine", "euclidean": "euclidean"}
+    )
     lock_template: str = ""
     fulltext_separator: str = " "
 
@@ -156,5 +159,4 @@ FALKORDB: Final = CypherDialect(
         "cosine": "vec.cosineDistance({left}, {right})",
         "euclidean": "vec.euclideanDistance({left}, {right})",
     },
-    metric_names={"cosine": "cosine", "euclidean": "euclidean"},
 )

@@ -201,18 +201,21 @@ class CypherQueries:
         self, indexed: bool, metric: Metric, by_model: bool, scope: tuple[bool, bool, bool]
     ) -> str:
         """The nearest messages with their distances. Indexed: the index is asked for
-        $fetch nodes, of which those in scope (and of the model and width) are kept, up
-        to $k; the first column says how many the index gave, so the caller can ask
-        again for more when the scope left fewer than k. A scan: every message of the
-        width (and model) in scope is scored. Parameters: vector, width, model,
-        owner_id, session_id, roles, k, fetch."""
+        $fetch nodes, of which those in scope (and of the model and width) are kept, the
+        $k nearest by the metric's distance (an index may order by a similarity of its
+        own, of quantised vectors: the first k it gives are not always the nearest); the
+        first column says how many the index gave, so the caller can ask again for more
+        when the scope left fewer than k. A scan: every message of the width (and model)
+        in scope is scored. Parameters: vector, width, model, owner_id, session_id,
+        roles, k, fetch."""
         if indexed:
             query = self.dialect.vector_query(*VECTOR, "fetch", "vector", metric)
             return (
                 f"{query} WITH collect([node, score]) AS found"
-                f" WITH found, [f IN found WHERE {_wanted('f[0]', by_model, scope)}][..$k] AS kept"
+                f" WITH size(found) AS fetched,"
+                f" [f IN found WHERE {_wanted('f[0]', by_model, scope)}] AS kept"
                 " UNWIND CASE WHEN size(kept) = 0 THEN [null] ELSE kept END AS hit"
-                " WITH size(found) AS fetched, hit[0] AS e, hit[1] AS distance"
+                " WITH fetched, hit[0] AS e, hit[1] AS distance ORDER BY distance LIMIT $k"
                 f" RETURN fetched, distance, {EVENT_COLUMNS}"
             )
         distance = self.dialect.distance(

@@ -1,23 +1,28 @@
 """`CypherBackend`: the `Backend` primitives over Cypher queries, for every graph backend.
 
-A backend gives a `CypherDialect` and one method, `_run`, that runs a query with its
-parameters and returns its rows (translating its driver's errors); everything else is
-here. Each primitive is one query (one transaction where the dialect's transactions
-are ``one-query``), except on the rare path that finds out why a write was refused.
+A backend gives a `CypherDialect`, its migrations, and the few methods that speak to
+its server: `_connect`, `_run` (a query with its parameters, its rows back, its
+driver's errors translated), `_ddl` (a schema statement), `_inventory` (the indexes
+the graph has) and `_await_indexes`; everything else is here, lifecycle and schema
+included. Each primitive is one query (one transaction where the dialect's
+transactions are ``one-query``), except on the rare path that finds out why a write was
+refused.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Self, TypeVar
 
 from convostore._json import index_value
 from convostore._time import to_micros
 from convostore.backends import decisions
 from convostore.backends.cypher import queries as q
+from convostore.backends.cypher import schema
 from convostore.backends.cypher.dialect import CypherDialect
 from convostore.backends.cypher.values import (
     READER,
@@ -29,6 +34,7 @@ from convostore.backends.cypher.values import (
 )
 from convostore.backends.interface import (
     Backend,
+    Capabilities,
     DatabaseStats,
     SessionPage,
     TextQuery,
@@ -43,9 +49,7 @@ from convostore.backends.spi import (
     SessionChanges,
     VectorIndexSpec,
 )
-from convostore.errors import (
-    StoreError,
-)
+from convostore.errors import BackendUnavailableError, StoreError
 from convostore.filters import (
     EventFilter,
     apply_filter,
@@ -67,6 +71,7 @@ from convostore.model import (
 __all__ = ["CypherBackend"]
 
 Rows = list[list[Any]]
+Connection = TypeVar("Connection")
 # An append that wrote nothing although nothing was wrong when it was looked into (a
 # session, user or event that appeared or went in between) is tried again this often.
 _APPEND_ATTEMPTS: Final = 3
@@ -81,24 +86,166 @@ _FETCH_GROWTH: Final = 4
 
 
 class CypherBackend(Backend):
-    """A graph database spoken to in Cypher (see `queries` for the model)."""
+    """A graph database spoken to in Cypher (see `queries` for the model): a server
+    that keeps the graph on disk, with vector and full-text indexes, shared by every
+    process that connects to it."""
 
-    def __init__(self, dialect: CypherDialect) -> None:
+    capabilities = Capabilities(
+        persistent=True, native_vector_index=True, full_text_index=True, cross_process=True
+    )
+    # The schema's versions, oldest first (see `schema`).
+    migrations: ClassVar[Sequence[schema.Migration]]
+
+    def __init__(self, dialect: CypherDialect, where: str) -> None:
         self.dialect = dialect
         self.queries = _queries(dialect)
-        # The vector index the database holds (None: none), as `_declare_vector_index`
-        # last saw it.
+        self._where = where
+        # The vector index the database holds (None: none, or not built yet), and
+        # whether it is known to be built: an index still being built is never asked.
         self.native_index: VectorIndexSpec | None = None
+        self._native_index_built = False
 
-    async def _vector_index_ready(self) -> bool:
-        """Whether `native_index` answers queries now; until it does (it is being
-        built), a vector search scans exactly."""
-        return True
+    # ---------------------------------------------------------------- the server's
+
+    @classmethod
+    @abc.abstractmethod
+    def for_url(cls, url: str, options: Mapping[str, Any]) -> Self:
+        """A backend, not yet connected, for the database ``url`` names."""
+
+    @abc.abstractmethod
+    async def _connect(self) -> None:
+        """Open the connections (a failure is translated as `_run` translates)."""
 
     @abc.abstractmethod
     async def _run(self, query: str, parameters: dict[str, Any], *, write: bool) -> Rows:
         """The rows of ``query`` run with ``parameters``; the driver's errors become
         convostore's (`BackendUnavailableError` when the server cannot be reached)."""
+
+    @abc.abstractmethod
+    async def _ddl(self, statement: str) -> None:
+        """Run one schema statement on its own; an index or constraint that another
+        store created meanwhile is taken as done."""
+
+    @abc.abstractmethod
+    async def _inventory(self) -> schema.IndexInventory:
+        """The indexes the graph has now."""
+
+    async def _await_indexes(self) -> None:
+        """Wait until every index is built, where a query of one being built would
+        miss what it does not hold yet; by default nothing (a server whose index
+        queries fail until then: `_vector_index_ready` keeps a search from them)."""
+
+    def _opened(self, connection: Connection | None) -> Connection:
+        """``connection`` (a driver, a pool, a graph) of an open store;
+        `BackendUnavailableError` once it is closed."""
+        if connection is None:
+            raise BackendUnavailableError(f"{self._where}: the store is not open")
+        return connection
+
+    @staticmethod
+    def _releasing(
+        abort: Callable[[Connection], None], connection: Connection | None
+    ) -> Callable[[], None] | None:
+        """What `release_when_dropped` gives: ``abort`` of the open ``connection``."""
+        return None if connection is None else functools.partial(abort, connection)
+
+    async def _schema_reader(self) -> schema.Run:
+        """How `pending_migrations` reads the schema without writing."""
+        return self._read_query
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @classmethod
+    async def open(cls, url: str, **options: Any) -> Self:
+        """Connect to the database ``url`` names and migrate its schema."""
+        backend = cls.for_url(url, options)
+        try:
+            await backend._connect()
+            await backend._migrate()
+        except BaseException:
+            await backend.close()
+            raise
+        return backend
+
+    @classmethod
+    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
+        backend = cls.for_url(url, options)
+        try:
+            await backend._connect()
+            reader = await backend._schema_reader()
+            return await schema.pending_migrations(reader, cls.migrations, backend._where)
+        finally:
+            await backend.close()
+
+    async def _migrate(self) -> None:
+        inventory = await self._inventory()
+        record, building = await schema.migrate(
+            self._schema_query, self._ddl, inventory, self.migrations, self._where
+        )
+        if building:
+            await self._await_indexes()
+        spec = record.vector_index
+        if spec is not None and inventory.vector_shape == schema.shape(spec):
+            self.native_index = spec
+
+    async def _read_query(self, query: str, parameters: dict[str, Any]) -> Rows:
+        return await self._run(query, parameters, write=False)
+
+    async def _schema_query(self, query: str, parameters: dict[str, Any]) -> Rows:
+        """A query of the schema's (which may write): `schema.Run`."""
+        return await self._run(query, parameters, write=True)
+
+    # ---------------------------------------------------------------- the schema
+
+    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
+        return await schema.add_indexed_keys(self._schema_query, keys)
+
+    async def indexed_keys(self) -> frozenset[str]:
+        return await schema.indexed_keys(self._read_query)
+
+    async def remove_indexed_key(self, key: str) -> bool:
+        return await schema.remove_indexed_key(self._schema_query, key)
+
+    async def vector_index_spec(self) -> VectorIndexSpec | None:
+        return (await schema.read_record(self._read_query)).vector_index
+
+    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+        """Record ``spec`` (see `Backend.declare_vector_index`), then make the graph's
+        vector index the recorded one's width and metric: dropped and built again when
+        they changed. Stored vectors are never dropped."""
+        await self._point_vector_index(spec, replace=replace, build=True)
+
+    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+        """Point the vector index at ``spec``; True when that dropped it. The new index
+        is built after the run (`end_reembed`), once over every new vector: cheaper than
+        updating it for each, and FalkorDB's skips nodes whose vectors were replaced
+        while it was built. Searches meanwhile scan."""
+        if await self.vector_index_spec() == spec:
+            return False
+        await self._point_vector_index(spec, replace=True, build=False)
+        return True
+
+    async def _point_vector_index(
+        self, spec: VectorIndexSpec, *, replace: bool, build: bool
+    ) -> None:
+        self.native_index, self._native_index_built = None, False
+        recorded = await schema.record_vector_index(self._schema_query, spec, replace=replace)
+        built = (await self._inventory()).vector_shape
+        if built is not None and (not build or built != schema.shape(recorded)):
+            await self._ddl(self.queries.drop_vector_index())
+            built = None
+        if not build:
+            return
+        if built is None:
+            await self._ddl(self.queries.vector_index(recorded.dimensions, recorded.metric))
+            await self._await_indexes()
+        self.native_index = recorded
+
+    async def _vector_index_ready(self) -> bool:
+        """Whether `native_index` is built; until it is, a vector search scans."""
+        if not self._native_index_built:
+            self._native_index_built = (await self._inventory()).vector_built
+        return self._native_index_built
 
     # ---------------------------------------------------------------- users
 

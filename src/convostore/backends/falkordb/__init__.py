@@ -2,8 +2,8 @@
 connections, on the Cypher layer of `convostore.backends.cypher` (its FalkorDB dialect).
 
 - `store`: `FalkorDBBackend`: connections, running a query, where the driver's errors end.
-- `schema`: the versioned migrations (range, full-text and vector indexes) applied at
-  connect, and the metadata index's keys (added and backfilled, or dropped).
+- `schema`: the versioned migrations (range and full-text indexes) and how the graph's
+  indexes are read (see `convostore.backends.cypher.schema`).
 - `url`: ``falkordb://`` and ``falkordbs://`` URLs and their options.
 
 The client is the ``falkordb`` extra; without it, importing this package raises

@@ -4,9 +4,8 @@ asyncio API and a pool of connections; where the driver's errors end."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Self
 
 import redis.asyncio as aioredis
@@ -16,11 +15,10 @@ from falkordb.exceptions import SchemaVersionMismatchException
 from redis import exceptions as redis_errors
 
 from convostore.backends.cypher.dialect import FALKORDB
+from convostore.backends.cypher.schema import IndexInventory, Run
 from convostore.backends.cypher.store import CypherBackend, Rows
 from convostore.backends.falkordb import schema
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
-from convostore.backends.interface import Capabilities
-from convostore.backends.spi import VectorIndexSpec
 from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
 from convostore.errors import BackendUnavailableError, StoreError
@@ -43,56 +41,26 @@ class FalkorDBBackend(CypherBackend):
     see no other writer in between.
     """
 
-    capabilities = Capabilities(
-        persistent=True, native_vector_index=True, full_text_index=True, cross_process=True
-    )
+    migrations = schema.MIGRATIONS
 
     def __init__(self, target: FalkorDBTarget) -> None:
-        super().__init__(FALKORDB)
+        super().__init__(FALKORDB, target.where)
         self.target = target
-        self._where = target.where
         self._pool: aioredis.BlockingConnectionPool | None = None
         self._graph: AsyncGraph | None = None
-        # Whether `native_index` is known to be built (FalkorDB builds it in the
-        # background, and a query of it fails until then).
-        self._index_operational = False
 
     @classmethod
-    async def open(cls, url: str, **options: Any) -> Self:
-        """Connect to the graph ``url`` names (see `parse_falkordb_url`) and migrate its
-        schema."""
-        backend = cls(target_of(parse_falkordb_url, url, options, "FalkorDB"))
-        try:
-            await backend._connect()
-            facts = await schema.prepare_graph(
-                backend._schema_query, backend._ddl, backend.queries, backend._where
-            )
-            if facts.vector_index_built:
-                backend.native_index = facts.vector_index
-        except BaseException:
-            await backend.close()
-            raise
-        return backend
+    def for_url(cls, url: str, options: Mapping[str, Any]) -> Self:
+        """A backend for the graph ``url`` names (see `parse_falkordb_url`)."""
+        return cls(target_of(parse_falkordb_url, url, options, "FalkorDB"))
 
-    @classmethod
-    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        backend = cls(target_of(parse_falkordb_url, url, options, "FalkorDB"))
+    async def _schema_reader(self) -> Run:
         try:
-            await backend._connect()
-            try:
-                exists = await aioredis.Redis(connection_pool=backend._pool).exists(
-                    backend.target.graph
-                )
-            except DriverError as error:
-                raise translate_error(error, backend._where) from error
-            # A graph that does not exist yet cannot be queried, read-only.
-            recorded = backend._read_query if exists else _no_graph
-            return await schema.read_pending_migrations(recorded, backend._where)
-        finally:
-            await backend.close()
-
-    async def _read_query(self, query: str, parameters: dict[str, Any]) -> Rows:
-        return await self._run(query, parameters, write=False)
+            exists = await aioredis.Redis(connection_pool=self._pool).exists(self.target.graph)
+        except DriverError as error:
+            raise translate_error(error, self._where) from error
+        # A graph that does not exist yet cannot be queried, read-only.
+        return self._read_query if exists else _no_graph
 
     async def _connect(self) -> None:
         target = self.target
@@ -136,15 +104,12 @@ class FalkorDBBackend(CypherBackend):
             await pool.aclose()
 
     def release_when_dropped(self) -> Callable[[], None] | None:
-        pool = self._pool
-        return None if pool is None else functools.partial(_abort_connections, pool)
+        return self._releasing(_abort_connections, self._pool)
 
     @property
     def graph(self) -> AsyncGraph:
         """The client's graph object (for the store's own tests and benchmarks)."""
-        if self._graph is None:
-            raise BackendUnavailableError(f"{self._where}: the store is not open")
-        return self._graph
+        return self._opened(self._graph)
 
     # ---------------------------------------------------------------- running queries
 
@@ -160,56 +125,19 @@ class FalkorDBBackend(CypherBackend):
         rows: Rows = result.result_set
         return rows
 
-    async def _schema_query(self, query: str, parameters: dict[str, Any]) -> Rows:
-        """A query of the schema's (which may write): `schema.Run`."""
-        return await self._run(query, parameters, write=True)
-
-    async def _ddl(self, query: str) -> None:
+    async def _ddl(self, statement: str) -> None:
         graph = self.graph
         try:
-            await graph.query(query)
+            await graph.query(statement)
         except redis_errors.ResponseError as error:
             if not any(text in str(error) for text in _ALREADY_INDEXED):
                 raise translate_error(error, self._where) from error
         except DriverError as error:
             raise translate_error(error, self._where) from error
 
-    # ---------------------------------------------------------------- the vector index
-
-    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
-        return await schema.add_indexed_keys(self._schema_query, keys)
-
-    async def indexed_keys(self) -> frozenset[str]:
-        return await schema.indexed_keys(self._read_query)
-
-    async def remove_indexed_key(self, key: str) -> bool:
-        return await schema.remove_indexed_key(self._schema_query, key)
-
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
-        return await schema.read_vector_index(self._schema_query)
-
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
-        self._index_operational = False
-        self.native_index = await schema.declare_vector_index(
-            self._schema_query, self._ddl, self.queries, spec, replace=replace
-        )
-
-    async def _vector_index_ready(self) -> bool:
-        if not self._index_operational:
-            self._index_operational = await schema.vector_index_operational(self._read_query)
-        return self._index_operational
-
-    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
-        """Point the vector index at ``spec``; True when that dropped it. The new index
-        is built after the run (`end_reembed`) over every new vector: one built while
-        the run replaces vectors skips nodes it replaced. Searches meanwhile scan."""
-        if await self.vector_index_spec() == spec:
-            return False
-        self._index_operational = False
-        self.native_index = await schema.declare_vector_index(
-            self._schema_query, self._ddl, self.queries, spec, replace=True, build=False
-        )
-        return True
+    async def _inventory(self) -> IndexInventory:
+        # As a write: a read-only query of a graph not yet created fails.
+        return await schema.inventory(self._schema_query)
 
 
 async def _durability(client: FalkorDB) -> dict[str, str]:

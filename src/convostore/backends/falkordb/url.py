@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from convostore.backends.urls import Parse, seconds, server_address, whole, with_options
+from convostore.backends.cypher.url import POOL_OPTIONS
+from convostore.backends.urls import Parse, seconds, server_address, with_options
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_GRAPH", "DEFAULT_PORT", "SCHEMES", "FalkorDBTarget", "parse_falkordb_url"]
@@ -31,12 +32,7 @@ DEFAULT_PORT: Final = 6379
 GRAPH_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
 _SSL_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS: Final = ("required", "optional", "none")
-_OPTIONS: Final[dict[str, Parse]] = {
-    "pool_max_size": whole(1, 1000),
-    "pool_timeout": seconds,
-    "connect_timeout": seconds,
-    "socket_timeout": seconds,
-}
+_OPTIONS: Final[dict[str, Parse]] = {**POOL_OPTIONS, "socket_timeout": seconds}
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@ the official ``neo4j`` driver's async API, on the Cypher layer of
 
 - `store`: `Neo4jBackend`: the driver, running a query in a managed transaction, where
   the driver's errors end.
-- `schema`: the versioned migrations (constraints, range and full-text indexes) applied
-  at connect, the metadata index's keys, and the vector index.
+- `schema`: the versioned migrations (constraints, range and full-text indexes) and
+  how the database's indexes are read (see `convostore.backends.cypher.schema`).
 - `dialect`: what Neo4j spells its own way.
 - `url`: the URLs and their options.
 

@@ -57,7 +57,6 @@ NEO4J: Final = CypherDialect(
         "cosine": "coalesce(2.0 - 2.0 * vector.similarity.cosine({left}, {right}), 1.0)",
         "euclidean": "sqrt(1.0 / vector.similarity.euclidean({left}, {right}) - 1.0)",
     },
-    metric_names={"cosine": "cosine", "euclidean": "euclidean"},
     lock_template=" SET {alias}._convostore_lock = true REMOVE {alias}._convostore_lock",
     fulltext_separator=" AND ",
 )

@@ -4,20 +4,18 @@ errors end."""
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Self
 
 import neo4j
 from neo4j import exceptions as neo4j_errors
 
+from convostore.backends.cypher.schema import IndexInventory
 from convostore.backends.cypher.store import CypherBackend, Rows
-from convostore.backends.interface import Capabilities
 from convostore.backends.neo4j import schema
 from convostore.backends.neo4j.dialect import NEO4J
 from convostore.backends.neo4j.url import Neo4jTarget, parse_neo4j_url
-from convostore.backends.spi import VectorIndexSpec
 from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
 from convostore.errors import BackendUnavailableError, StoreError
@@ -49,41 +47,17 @@ class Neo4jBackend(CypherBackend):
     after a transient error such as a deadlock.
     """
 
-    capabilities = Capabilities(
-        persistent=True, native_vector_index=True, full_text_index=True, cross_process=True
-    )
+    migrations = schema.MIGRATIONS
 
     def __init__(self, target: Neo4jTarget) -> None:
-        super().__init__(NEO4J)
+        super().__init__(NEO4J, target.where)
         self.target = target
-        self._where = target.where
         self._driver: neo4j.AsyncDriver | None = None
 
     @classmethod
-    async def open(cls, url: str, **options: Any) -> Self:
-        """Connect to the database ``url`` names (see `parse_neo4j_url`) and migrate
-        its schema."""
-        backend = cls(target_of(parse_neo4j_url, url, options, "Neo4j"))
-        try:
-            await backend._connect()
-            facts = await schema.prepare_database(
-                backend._schema_query, backend._ddl, backend._where
-            )
-            if facts.vector_index_built:
-                backend.native_index = facts.vector_index
-        except BaseException:
-            await backend.close()
-            raise
-        return backend
-
-    @classmethod
-    async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        backend = cls(target_of(parse_neo4j_url, url, options, "Neo4j"))
-        try:
-            await backend._connect()
-            return await schema.read_pending_migrations(backend._read_query, backend._where)
-        finally:
-            await backend.close()
+    def for_url(cls, url: str, options: Mapping[str, Any]) -> Self:
+        """A backend for the database ``url`` names (see `parse_neo4j_url`)."""
+        return cls(target_of(parse_neo4j_url, url, options, "Neo4j"))
 
     async def _connect(self) -> None:
         target = self.target
@@ -110,15 +84,12 @@ class Neo4jBackend(CypherBackend):
             await driver.close()
 
     def release_when_dropped(self) -> Callable[[], None] | None:
-        driver = self._driver
-        return None if driver is None else functools.partial(_abort_connections, driver)
+        return self._releasing(_abort_connections, self._driver)
 
     @property
     def driver(self) -> neo4j.AsyncDriver:
         """The driver (for the store's own tests and benchmarks)."""
-        if self._driver is None:
-            raise BackendUnavailableError(f"{self._where}: the store is not open")
-        return self._driver
+        return self._opened(self._driver)
 
     # ---------------------------------------------------------------- running queries
 
@@ -141,41 +112,19 @@ class Neo4jBackend(CypherBackend):
                 raise translate_error(error, self._where) from error
         raise AssertionError("unreachable")
 
-    async def _read_query(self, query: str, parameters: dict[str, Any]) -> Rows:
-        return await self._run(query, parameters, write=False)
-
-    async def _schema_query(self, query: str, parameters: dict[str, Any]) -> Rows:
-        """A query of the schema's (which may write): `schema.Run`."""
-        return await self._run(query, parameters, write=True)
-
-    async def _ddl(self, query: str) -> None:
-        """One schema statement, its own transaction; an index or constraint another
-        store created meanwhile is taken as done."""
+    async def _ddl(self, statement: str) -> None:
         try:
-            await self._run(query, {}, write=True)
+            await self._run(statement, {}, write=True)
         except StoreError as error:
             cause = error.__cause__
             if not (isinstance(cause, neo4j_errors.Neo4jError) and cause.code in _ALREADY):
                 raise
 
-    # ---------------------------------------------------------------- schema
+    async def _inventory(self) -> IndexInventory:
+        return await schema.inventory(self._read_query)
 
-    async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
-        return await schema.add_indexed_keys(self._schema_query, keys)
-
-    async def indexed_keys(self) -> frozenset[str]:
-        return await schema.indexed_keys(self._read_query)
-
-    async def remove_indexed_key(self, key: str) -> bool:
-        return await schema.remove_indexed_key(self._schema_query, key)
-
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
-        return await schema.read_vector_index(self._read_query)
-
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
-        self.native_index = await schema.declare_vector_index(
-            self._schema_query, self._ddl, spec, replace=replace
-        )
+    async def _await_indexes(self) -> None:
+        await self._run(schema.AWAIT_INDEXES, {"seconds": schema.INDEX_WAIT_SECONDS}, write=True)
 
 
 async def _rows(tx: neo4j.AsyncManagedTransaction, query: str, parameters: dict[str, Any]) -> Rows:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import unquote
 
-from convostore.backends.urls import Parse, seconds, server_address, split, whole, with_options
+from convostore.backends.cypher.url import POOL_OPTIONS
+from convostore.backends.urls import Parse, seconds, server_address, split, with_options
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_PORT", "SCHEMES", "Neo4jTarget", "parse_neo4j_url"]
@@ -27,12 +28,7 @@ SCHEMES: Final = ("neo4j", "neo4j+s", "bolt", "bolt+s")
 DEFAULT_PORT: Final = 7687
 # Neo4j's own rule for database names (ASCII letters, digits, dots and dashes).
 DATABASE_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9.-]{2,62}")
-_OPTIONS: Final[dict[str, Parse]] = {
-    "pool_max_size": whole(1, 1000),
-    "pool_timeout": seconds,
-    "connect_timeout": seconds,
-    "retry_time": seconds,
-}
+_OPTIONS: Final[dict[str, Parse]] = {**POOL_OPTIONS, "retry_time": seconds}
 
 
 @dataclass(frozen=True, slots=True)
