@@ -119,7 +119,7 @@ class GaleraNode(MariaDBServer):
             # Only its first start: started again, it rejoins the cluster it made.
             settings["wsrep-new-cluster"] = "1"
         super().__init__(settings=settings)
-        self.name = name
+        self.node_name = name
         # Set when the node may start its server (its data directory is made before).
         self.may_launch = threading.Event()
         self.may_launch.set()
@@ -128,7 +128,7 @@ class GaleraNode(MariaDBServer):
         # A node starts its server only once the node before it is up (its data
         # directory is made at once with the others').
         if not self.may_launch.wait(_SYNC_TIMEOUT_S):
-            raise ServerUnavailable(f"{self.name}: the node before it did not start")
+            raise ServerUnavailable(f"{self.node_name}: the node before it did not start")
         super()._launch()
 
     @property
@@ -242,7 +242,7 @@ class GaleraCluster(ServerProcess):
         while not all(node.synced(len(nodes)) for node in nodes):
             if time.monotonic() > deadline:
                 states = {
-                    node.name: node.status().get("wsrep_local_state_comment") for node in nodes
+                    node.node_name: node.status().get("wsrep_local_state_comment") for node in nodes
                 }
                 raise ServerUnavailable(f"the Galera cluster did not sync in time: {states}")
             time.sleep(0.2)
