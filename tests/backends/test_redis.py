@@ -28,6 +28,7 @@ import convostore
 from convostore import (
     BackendUnavailableError,
     EventWrite,
+    HashingEmbedder,
     InvalidArgumentError,
     MessageWrite,
     PageRequest,
@@ -144,6 +145,39 @@ async def test_a_newer_schema_is_refused(server: RedisServer) -> None:
         await convostore.connect(url)
     with pytest.raises(SchemaVersionError):
         await pending_migrations(url)
+
+
+async def test_a_database_of_schema_1_is_searched_by_the_exact_scan(server: RedisServer) -> None:
+    """Schema 1 kept vectors in no vector set: its stores scan, and find every vector."""
+    url = server.url(_namespace())
+    store = await convostore.connect(url, embedder=HashingEmbedder(16))
+    backend = store.backend
+    assert isinstance(backend, RedisBackend)
+    assert backend.vector_search_path == "vector sets"
+    owner = User("ada", "Ada")
+    session = await store.create_session(owner)
+    for number in range(300):  # More than a bucket's scanned-at-once count.
+        await store.add_message(session.id, MessageWrite(Role.USER, f"note {number} apples"))
+    # As schema 1 left it: the vectors stored, no vector set beside them.
+    meta = backend._meta
+    pattern = f"cs:{backend.target.namespace}:*vx:*"
+    [sets] = await backend.nodes.call(meta, [("KEYS", pattern)], write=False)
+    assert sets, "the vector sets were not where this test looks"
+    await backend.nodes.call(meta, [("HSET", meta, "schema", 1)], write=True)
+    for key in sets:
+        await backend.nodes.call(key, [("DEL", key)], write=True)
+    await store.close()
+    async with await convostore.connect(url, embedder=HashingEmbedder(16)) as reopened:
+        assert isinstance(reopened.backend, RedisBackend)
+        assert reopened.backend.vector_search_path == "scan"
+        assert not reopened.capabilities.native_vector_index
+        # Vectors written now go to a vector set too: it holds more than k, none of
+        # them the nearest.
+        for number in range(20):
+            await reopened.add_message(session.id, MessageWrite(Role.USER, f"pear {number}"))
+        hits = await reopened.search("note 7 apples", mode="vector", k=5, owner_id=owner.id)
+        assert len(hits) == 5
+        assert hits[0].message.content == "note 7 apples"
 
 
 async def test_the_bucket_count_is_fixed_when_the_database_is_created(server: RedisServer) -> None:

@@ -81,7 +81,12 @@ from convostore.model import (
 
 __all__ = ["RedisBackend"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+# Schema 2 keeps every vector also in its bucket's vector set (Redis 8) or change feed
+# (Valkey). A database written at schema 1 holds its earlier vectors in neither, so it is
+# searched by the exact scan (every answer still exact, only slower); it says so in
+# ``vector_search_path``. A new database starts at 2.
+_VECTORS_INDEXED_FROM: Final = 2
 # How many events a read asks for at a time when it cannot know how many it needs.
 _READ_CHUNK: Final = 256
 # Session ids whose bucket this process remembers (entries are written once).
@@ -110,6 +115,7 @@ class RedisBackend(Backend):
         self.target = target
         self.nodes = Nodes(target)
         self.buckets = target.buckets
+        self.schema = SCHEMA_VERSION
         base = f"cs:{target.namespace}:"
         self._base = base
         self._meta = f"{base}meta".encode()
@@ -135,14 +141,6 @@ class RedisBackend(Backend):
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
         try:
             await backend.nodes.connect()
-            if backend.target.vectors == "scan":
-                backend.vector_search_path = "scan"
-            elif not backend.nodes.vector_sets:
-                backend.vector_search_path = "vector cache"
-            backend.capabilities = dataclasses.replace(
-                backend.capabilities,
-                native_vector_index=backend.vector_search_path == "vector sets",
-            )
             if not await backend._read_meta():
                 await backend.nodes.call(
                     backend._meta,
@@ -153,6 +151,14 @@ class RedisBackend(Backend):
                     write=True,
                 )
                 await backend._read_meta()
+            if backend.target.vectors == "scan" or backend.schema < _VECTORS_INDEXED_FROM:
+                backend.vector_search_path = "scan"
+            elif not backend.nodes.vector_sets:
+                backend.vector_search_path = "vector cache"
+            backend.capabilities = dataclasses.replace(
+                backend.capabilities,
+                native_vector_index=backend.vector_search_path == "vector sets",
+            )
         except BaseException:
             await backend.close()
             raise
@@ -181,6 +187,7 @@ class RedisBackend(Backend):
         if buckets is None or schema is None:
             return False
         refuse_newer(int(schema), SCHEMA_VERSION, self.target.where)
+        self.schema = int(schema)
         self.buckets = int(buckets)
         self._prefixes = [f"{self._base}{{{b}}}:".encode() for b in range(self.buckets)]
         return True
