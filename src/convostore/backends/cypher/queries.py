@@ -228,6 +228,28 @@ class CypherQueries:
         )
 
     @functools.cache  # noqa: B019
+    def vector_scan_of_a_small_scope(
+        self, metric: Metric, by_model: bool, scope: tuple[bool, bool, bool]
+    ) -> str:
+        """The exact scan of a scope holding at most $most messages of the width (and
+        model): its $k nearest with their distances. The first column is how many the
+        scope holds, counted up to $counted (one more than $most); above $most no message
+        is scored (the caller asks the index instead). Parameters: vector, width, model,
+        owner_id, session_id, roles, k, most, counted."""
+        distance = self.dialect.distance(
+            metric, "e.embedding", self.dialect.vector_value("$vector")
+        )
+        return (
+            f"MATCH (n:Message) WHERE {_wanted('n', by_model, scope)}"
+            " WITH n LIMIT $counted WITH collect(n) AS scoped"
+            " WITH size(scoped) AS in_scope,"
+            " CASE WHEN size(scoped) > $most THEN [] ELSE scoped END AS kept"
+            " UNWIND CASE WHEN size(kept) = 0 THEN [null] ELSE kept END AS e"
+            f" WITH in_scope, e, CASE WHEN e IS NULL THEN null ELSE {distance} END AS distance"
+            f" ORDER BY distance LIMIT $k RETURN in_scope, distance, {EVENT_COLUMNS}"
+        )
+
+    @functools.cache  # noqa: B019
     def text_search(self, scope: tuple[bool, bool, bool]) -> str:
         """The k messages holding every term, best first: the terms' occurrences over
         the square root of the message's word count, as every backend ranks them.
