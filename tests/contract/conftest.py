@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from convostore.errors import InvalidArgumentError, StoreError
-from convostore.testing.differential import SearchDiverged
 from convostore.testing.fixtures import (
     INDEXED_KEYS,
     BackendUnderTest,
@@ -51,7 +50,7 @@ from tests.servers import mariadb as mariadb_servers
 from tests.servers import neo4j as neo4j_servers
 from tests.servers import postgresql as postgresql_servers
 from tests.servers import redis as redis_servers
-from tests.servers.shared import ServerUnavailable
+from tests.servers.shared import ExternalServer, ServerProcess, ServerUnavailable
 
 __all__ = [
     "BACKENDS",
@@ -200,30 +199,34 @@ def _fresh_neo4j_database(server: neo4j_servers.TestServer) -> str:
     return url
 
 
-def _falkordb_crash(server: falkordb_servers.TestServer, url: str) -> ServerCrash | None:
-    # A server the suite started itself (not one CONVOSTORE_TEST_FALKORDB_URL names).
-    if not isinstance(server, falkordb_servers.FalkorDBServer):
+def _crash(server: ServerProcess | ExternalServer, url: str) -> ServerCrash | None:
+    # A server the suite started itself (not one a CONVOSTORE_TEST_*_URL names).
+    if not isinstance(server, ServerProcess):
         return None
     return ServerCrash(server.kill, server.start, url)
 
 
 def _neo4j_crash(server: neo4j_servers.TestServer, url: str) -> ServerCrash | None:
-    if not isinstance(server, neo4j_servers.Neo4jServer):
-        return None
     # The driver tries a transaction again for 30 s by default: a second here.
-    return ServerCrash(server.kill, server.start, f"{url}?retry_time=1&connect_timeout=2")
+    return _crash(server, f"{url}?retry_time=1&connect_timeout=2")
+
+
+def _postgresql_crash(server: postgresql_servers.TestServer, url: str) -> ServerCrash | None:
+    # The test server commits without waiting for its WAL (synchronous_commit=off, for
+    # speed): the crash test's sessions wait, as a server at its defaults does.
+    return _crash(server, f"{url}&options=-c%20synchronous_commit%3Don")
 
 
 # name -> how to get a fresh database for one test. One line per backend.
 BACKENDS: dict[str, BackendUrl | OnServer] = {
     "memory": _memory_url,
     "sqlite": _sqlite_url,
-    "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema),
-    "mariadb": OnServer("mariadb_server", _fresh_mariadb_database),
-    "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_native_database),
+    "postgresql": OnServer("postgresql_server", _fresh_postgresql_schema, _postgresql_crash),
+    "mariadb": OnServer("mariadb_server", _fresh_mariadb_database, _crash),
+    "mariadb11": OnServer("mariadb11_server", _fresh_mariadb_native_database, _crash),
     "galera": OnServer("galera_server", _fresh_galera_database),
-    "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph, _falkordb_crash),
-    "redis": OnServer("redis_server", _fresh_redis_namespace),
+    "falkordb": OnServer("falkordb_server", _fresh_falkordb_graph, _crash),
+    "redis": OnServer("redis_server", _fresh_redis_namespace, _crash),
     "redis_cluster": OnServer("redis_cluster_server", _fresh_redis_namespace),
     "valkey_cluster": OnServer("valkey_cluster_server", _fresh_redis_namespace),
     "neo4j": OnServer("neo4j_server", _fresh_neo4j_database, _neo4j_crash),
@@ -277,15 +280,6 @@ DIVERGENCES += [
         "MariaDB 11.8's vector graph refuses concurrent appends of messages with vectors: "
         "error 1020 'Record has changed since last read in table native_vectors' (StoreError)",
         StoreError,
-    ),
-    Divergence(
-        "neo4j",
-        "test_differential.py::test_scoped_vector_search_finds_the_owners_messages_after_a_reembed",
-        "Neo4j's vector index rebuilt for a new model answers an owner's search "
-        "approximately: the nodes it gives (asked for more and more until k are in scope) "
-        "miss some of the exact 10th's ties, so the top 10 holds a message scored below it "
-        "(SearchDiverged); choosing the k nearest of those nodes exactly did not suffice",
-        SearchDiverged,
     ),
 ]
 
