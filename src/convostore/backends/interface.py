@@ -55,11 +55,12 @@ contract suite, `convostore.testing`.
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Self
+from typing import Any, Protocol, Self, TypeVar
 
 from convostore.backends.spi import (
     AppendOutcome,
@@ -94,9 +95,39 @@ __all__ = [
     "SessionPage",
     "TextQuery",
     "VectorQuery",
+    "closed_on_failure",
+    "closing",
 ]
 
 log = logging.getLogger("convostore")
+
+
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+@contextlib.asynccontextmanager
+async def closing(resource: C) -> AsyncIterator[C]:
+    """``resource`` (a backend, a connection, a pool), closed when the block ends, however
+    it ends: what `Backend.pending_migrations` opens to read."""
+    try:
+        yield resource
+    finally:
+        await resource.close()
+
+
+@contextlib.asynccontextmanager
+async def closed_on_failure(resource: C) -> AsyncIterator[C]:
+    """``resource``, closed if the block raises (cancelled too), kept open otherwise: how
+    `Backend.open` releases what it opened before a failure."""
+    try:
+        yield resource
+    except BaseException:
+        await resource.close()
+        raise
 
 
 @dataclass(frozen=True, slots=True)

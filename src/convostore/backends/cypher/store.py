@@ -39,6 +39,8 @@ from convostore.backends.interface import (
     SessionPage,
     TextQuery,
     VectorQuery,
+    closed_on_failure,
+    closing,
 )
 from convostore.backends.spi import (
     AppendOutcome,
@@ -163,24 +165,17 @@ class CypherBackend(Backend):
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the database ``url`` names and migrate its schema."""
-        backend = cls.for_url(url, options)
-        try:
+        async with closed_on_failure(cls.for_url(url, options)) as backend:
             await backend._connect()
             await backend._migrate()
-        except BaseException:
-            await backend.close()
-            raise
         return backend
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        backend = cls.for_url(url, options)
-        try:
+        async with closing(cls.for_url(url, options)) as backend:
             await backend._connect()
             reader = await backend._schema_reader()
             return await schema.pending_migrations(reader, cls.migrations, backend._where)
-        finally:
-            await backend.close()
 
     async def _migrate(self) -> None:
         inventory = await self._inventory()

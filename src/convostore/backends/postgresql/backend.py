@@ -14,6 +14,8 @@ from convostore.backends.interface import (
     Capabilities,
     TextQuery,
     VectorQuery,
+    closed_on_failure,
+    closing,
 )
 from convostore.backends.postgresql import search
 from convostore.backends.postgresql import statements as sql
@@ -100,11 +102,8 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         backend = cls(target_of(parse_postgresql_url, url, options, "PostgreSQL"))
         target = backend.target
         with DRIVER.translated(target.where):
-            connection = await open_connection(target)
-            try:
+            async with closing(await open_connection(target)) as connection:
                 facts = await prepare_database(connection, target.schema, target.where)
-            finally:
-                await connection.close()
         backend.facts = facts
         backend.capabilities = replace(
             backend.capabilities, native_vector_index=facts.vector_schema is not None
@@ -117,23 +116,17 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         )
         pool = open_pool(target, settings)
         backend._pool = pool
-        try:
+        async with closed_on_failure(pool):
             with DRIVER.translated(target.where):
                 await pool.open(wait=True, timeout=target.pool_timeout)
-        except BaseException:
-            await pool.close()
-            raise
         return backend
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
         target = target_of(parse_postgresql_url, url, options, "PostgreSQL")
         with DRIVER.translated(target.where):
-            connection = await open_connection(target)
-            try:
+            async with closing(await open_connection(target)) as connection:
                 return await read_pending_migrations(connection, target.schema, target.where)
-            finally:
-                await connection.close()
 
     async def close(self) -> None:
         for task in list(self._pool_checks):

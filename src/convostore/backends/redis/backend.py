@@ -24,7 +24,14 @@ from typing import Any, Final, Self
 from convostore._json import index_value
 from convostore._vectors import from_blobs, top_k
 from convostore.backends import decisions
-from convostore.backends.interface import Backend, Capabilities, DatabaseStats, SessionPage
+from convostore.backends.interface import (
+    Backend,
+    Capabilities,
+    DatabaseStats,
+    SessionPage,
+    closed_on_failure,
+    closing,
+)
 from convostore.backends.migrations import refuse_newer
 from convostore.backends.redis import codec
 from convostore.backends.redis.functions import function
@@ -139,7 +146,7 @@ class RedisBackend(Backend):
         """Connect to the namespace ``url`` names (see `parse_redis_url`), load the
         functions and record the database's bucket count on first use."""
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
-        try:
+        async with closed_on_failure(backend):
             await backend.nodes.connect()
             if not await backend._read_meta():
                 await backend.nodes.call(
@@ -159,15 +166,12 @@ class RedisBackend(Backend):
                 backend.capabilities,
                 native_vector_index=backend.vector_search_path == "vector sets",
             )
-        except BaseException:
-            await backend.close()
-            raise
         return backend
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
-        try:
+        async with closing(backend):
             await backend.nodes.connect()
             [schema] = await backend.nodes.call(
                 backend._meta, [("HGET", backend._meta, "schema")], write=False
@@ -176,8 +180,6 @@ class RedisBackend(Backend):
                 return [f"{SCHEMA_VERSION}: create namespace {backend.target.namespace}"]
             refuse_newer(int(schema), SCHEMA_VERSION, backend.target.where)
             return []
-        finally:
-            await backend.close()
 
     async def _read_meta(self) -> bool:
         """Read the database's bucket count and schema; False when it has none yet."""

@@ -9,7 +9,13 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Self, TypeVar, TypeVarTuple
 
-from convostore.backends.interface import Capabilities, DatabaseStats, TextQuery, VectorQuery
+from convostore.backends.interface import (
+    Capabilities,
+    DatabaseStats,
+    TextQuery,
+    VectorQuery,
+    closed_on_failure,
+)
 from convostore.backends.spi import (
     AppendOutcome,
     NewSession,
@@ -156,7 +162,8 @@ class SQLiteBackend(SQLBackend):
             _require_directory(target.path)
         backend = cls(target)
         await backend._writer.start()
-        try:
+        # A failure stops whichever threads started; the rest of close() is a no-op.
+        async with closed_on_failure(backend):
             await backend._writer.run(prepare_database, target)
             if backend._readers is not backend._writer:
                 await backend._readers.start()
@@ -164,9 +171,6 @@ class SQLiteBackend(SQLBackend):
             if backend._inline_reader is not None:
                 shared = await backend._readers.run(_open_shared_reader, target)
                 backend._inline_reader.open(shared)
-        except BaseException:
-            await backend.close()  # Stops whichever threads started; the rest is a no-op.
-            raise
         return backend
 
     @classmethod
