@@ -30,7 +30,7 @@ their vectors go with it: the cache forgets the parts it knows of each session n
 The feed keeps the last `KEPT` positions: every `PRUNE_EVERY`-th position deletes the
 older ones and records the position pruned through; a cache behind it rebuilds.
 
-`feed` answers the cache's requests on one connection, inside a read snapshot
+`MySQLFeed` answers the cache's requests on one connection, inside a read snapshot
 (`convostore.backends.mysql.connection.snapshot`). `FeedVectors` is how a store keeps and
 searches its vectors where the server has no graph of its own (see `native_vectors`).
 """
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
@@ -60,15 +60,13 @@ from convostore.backends.sql.aio import drive
 from convostore.backends.sql.values import json_list
 from convostore.backends.sql.vector_cache import (
     Changes,
-    ChangesAfter,
-    CountVectors,
+    Feed,
     Position,
-    ReadPosition,
-    Request,
     Rowids,
-    SessionsOf,
+    SessionRow,
     VectorCache,
-    VectorsAfter,
+    VectorRow,
+    key_parameters,
 )
 from convostore.model import SearchHit
 
@@ -76,7 +74,7 @@ __all__ = [
     "KEPT",
     "PRUNE_EVERY",
     "FeedVectors",
-    "feed",
+    "MySQLFeed",
     "record",
     "scan",
 ]
@@ -158,43 +156,52 @@ async def record(
 # ---------------------------------------------------------------------------- reading
 
 
-def feed(connection: Connection) -> Callable[[Request], Awaitable[Any]]:
+class MySQLFeed(Feed):
     """The answers to the cache's requests, read on ``connection`` (in its snapshot)."""
 
-    async def answer(request: Request) -> Any:
-        if isinstance(request, ReadPosition):
-            return Position(*map(int, await fetch_one(connection, SNAPSHOT_POSITION)))
-        if isinstance(request, ChangesAfter):
-            found = await fetch_all(connection, CHANGES_AFTER, (request.change,))
-            rowids = sorted({int(row[0]) for row in found if row[1] == ""})
-            return Changes(rowids, sorted({row[1] for row in found if row[1] != ""}))
-        if isinstance(request, SessionsOf):
-            return await fetch_all(connection, SESSIONS, (json_list(request.ids),))
-        model, width = request.key
-        parameters: dict[str, Any] = {"width": 4 * width, "model": model}
-        by_model = model is not None
-        if isinstance(request, CountVectors):
-            return int((await fetch_one(connection, COUNT_VECTORS[by_model], parameters))[0])
-        if isinstance(request, VectorsAfter):
-            parameters |= {"after": request.after, "limit": request.limit}
-            return _rows(await fetch_all(connection, VECTORS_AFTER[by_model], parameters))
-        rows: list[Any] = []
-        if request.rowids:
-            parameters["rowids"] = json.dumps(request.rowids)
-            rows += await fetch_all(connection, VECTORS_OF_ROWS[by_model], parameters)
-        if request.sessions:
-            parameters["sessions"] = json_list(request.sessions)
-            rows += await fetch_all(connection, VECTORS_OF_SESSIONS[by_model], parameters)
-        return _rows(sorted({int(row[0]): row for row in rows}.values(), key=_row_id))
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
 
-    return answer
+    async def position(self) -> Position:
+        return Position(*map(int, await fetch_one(self.connection, SNAPSHOT_POSITION)))
+
+    async def changes_after(self, change: int) -> Changes:
+        found = await fetch_all(self.connection, CHANGES_AFTER, (change,))
+        rowids = sorted({int(row[0]) for row in found if row[1] == ""})
+        return Changes(rowids, sorted({row[1] for row in found if row[1] != ""}))
+
+    async def sessions_of(self, ids: list[str]) -> list[SessionRow]:
+        return await fetch_all(self.connection, SESSIONS, (json_list(ids),))
+
+    async def count_vectors(self, model: str | None, width: int) -> int:
+        statement = COUNT_VECTORS[model is not None]
+        return int((await fetch_one(self.connection, statement, key_parameters(model, width)))[0])
+
+    async def vectors_after(
+        self, model: str | None, width: int, after: int, limit: int
+    ) -> list[VectorRow]:
+        parameters = key_parameters(model, width) | {"after": after, "limit": limit}
+        return _rows(await fetch_all(self.connection, VECTORS_AFTER[model is not None], parameters))
+
+    async def vectors_of(
+        self, model: str | None, width: int, rowids: list[int], sessions: list[str]
+    ) -> list[VectorRow]:
+        by_model, parameters = model is not None, key_parameters(model, width)
+        rows: list[Any] = []
+        if rowids:
+            parameters["rowids"] = json.dumps(rowids)
+            rows += await fetch_all(self.connection, VECTORS_OF_ROWS[by_model], parameters)
+        if sessions:
+            parameters["sessions"] = json_list(sessions)
+            rows += await fetch_all(self.connection, VECTORS_OF_SESSIONS[by_model], parameters)
+        return _rows(sorted({int(row[0]): row for row in rows}.values(), key=_row_id))
 
 
 def _row_id(row: Sequence[Any]) -> int:
     return int(row[0])
 
 
-def _rows(rows: Iterable[Sequence[Any]]) -> list[tuple[int, bytes, str, str]]:
+def _rows(rows: Iterable[Sequence[Any]]) -> list[VectorRow]:
     return [(int(row[0]), bytes(row[1]), row[2], row[3]) for row in rows]
 
 
@@ -278,7 +285,7 @@ class FeedVectors:
                 if cache is not None:
                     scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
                     shortlisted = await cache.shortlisted_async(
-                        feed(connection),
+                        MySQLFeed(connection),
                         (query.model, len(query.vector)),
                         *(query.vector, query.metric, query.k, *scope),
                     )

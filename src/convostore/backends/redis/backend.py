@@ -51,16 +51,11 @@ from convostore.backends.spi import (
 from convostore.backends.sql.values import vector_blob
 from convostore.backends.sql.vector_cache import (
     Changes,
-    ChangesAfter,
-    CountVectors,
+    Feed,
     Position,
-    ReadPosition,
-    Request,
-    SessionsOf,
+    SessionRow,
     VectorCache,
     VectorRow,
-    VectorsAfter,
-    VectorsOf,
 )
 from convostore.backends.urls import target_of
 from convostore.errors import (
@@ -866,7 +861,7 @@ class RedisBackend(Backend):
             )
             for bucket, (change, pruned) in zip(targets, positions, strict=True):
                 cache = self._caches.setdefault(bucket, VectorCache())
-                answer = _FeedAnswers(self, bucket, Position(0, int(change), int(pruned)))
+                answer = _BucketFeed(self, bucket, Position(0, int(change), int(pruned)))
                 rowids = await cache.shortlisted_async(
                     answer, key, query.vector, query.metric, query.k, scope.owner_id, None,
                     scope.roles,
@@ -960,7 +955,7 @@ class RedisBackend(Backend):
         return hits[: query.k]
 
 
-class _FeedAnswers:
+class _BucketFeed(Feed):
     """What a bucket answers its vector cache's requests with (see `vector_cache`): its
     functions ``feed_*``, each call one snapshot of the bucket. Successive calls are
     not one snapshot: what changed between them is in the feed after the position the
@@ -969,37 +964,40 @@ class _FeedAnswers:
     def __init__(self, backend: RedisBackend, bucket: int, position: Position) -> None:
         self.backend = backend
         self.bucket = bucket
-        self.position = position
+        self._position = position
 
-    async def __call__(self, request: Request) -> Any:
-        call, bucket = self.backend._fcall, self.bucket
-        if isinstance(request, ReadPosition):
-            return self.position
-        if isinstance(request, CountVectors):
-            return int((await call(bucket, "stats", write=False))[4])
-        if isinstance(request, ChangesAfter):
-            members = await call(bucket, "feed_changes", request.change, write=False)
-            rowids = sorted({int(m[1:]) for m in members if m.startswith(b"r")})
-            return Changes(rowids, [m[1:].decode() for m in members if m.startswith(b"s")])
-        if isinstance(request, SessionsOf):
-            if not request.ids:
-                return []
-            rows = await call(bucket, "feed_sessions", *request.ids, write=False)
-            return [
-                (r[0].decode(), codec.text(r[1]) or None, codec.text(r[2]) or None) for r in rows
-            ]
-        model, width = request.key
-        if isinstance(request, VectorsAfter):
-            rows = await call(
-                bucket, "feed_rows", model or "", 4 * width, request.after, request.limit,
-                write=False,
-            )  # fmt: skip
-            return [_feed_row(row) for row in rows]
-        assert isinstance(request, VectorsOf)
-        found = await call(
-            bucket, "feed_rows_of", model or "", 4 * width, len(request.rowids),
-            *request.rowids, *request.sessions, write=False,
-        )  # fmt: skip
+    async def _call(self, name: str, *args: Any) -> Any:
+        return await self.backend._fcall(self.bucket, name, *args, write=False)
+
+    async def position(self) -> Position:
+        return self._position
+
+    async def count_vectors(self, model: str | None, width: int) -> int:
+        return int((await self._call("stats"))[4])
+
+    async def changes_after(self, change: int) -> Changes:
+        members = await self._call("feed_changes", change)
+        rowids = sorted({int(m[1:]) for m in members if m.startswith(b"r")})
+        return Changes(rowids, [m[1:].decode() for m in members if m.startswith(b"s")])
+
+    async def sessions_of(self, ids: list[str]) -> list[SessionRow]:
+        if not ids:
+            return []
+        rows = await self._call("feed_sessions", *ids)
+        return [(r[0].decode(), codec.text(r[1]) or None, codec.text(r[2]) or None) for r in rows]
+
+    async def vectors_after(
+        self, model: str | None, width: int, after: int, limit: int
+    ) -> list[VectorRow]:
+        rows = await self._call("feed_rows", model or "", 4 * width, after, limit)
+        return [_feed_row(row) for row in rows]
+
+    async def vectors_of(
+        self, model: str | None, width: int, rowids: list[int], sessions: list[str]
+    ) -> list[VectorRow]:
+        found = await self._call(
+            "feed_rows_of", model or "", 4 * width, len(rowids), *rowids, *sessions
+        )
         return sorted({row[0]: row for row in map(_feed_row, found)}.values())
 
 

@@ -1,9 +1,9 @@
 """The vectors a store searches, held in memory in compact form, kept current from a
 change feed: shared by the SQL backends that have no vector index of their own (SQLite,
-MySQL / MariaDB). No I/O here: each backend answers the cache's requests
-(`ReadPosition`, `CountVectors`, `VectorsAfter`, `ChangesAfter`, `VectorsOf`,
-`SessionsOf`) from its own database, in one read snapshot, through `run` (a blocking
-driver) or `run_async` (an asyncio one).
+MySQL / MariaDB; Redis and Valkey without vector sets). No I/O here: each backend
+answers the cache's requests (`ReadPosition`, `CountVectors`, `VectorsAfter`,
+`ChangesAfter`, `VectorsOf`, `SessionsOf`) from its own database, in one read snapshot,
+through a `Feed` that `run` (a blocking driver) or `run_async` (an asyncio one) calls.
 
 A `VectorTable` keeps, for the (model, width) searched, every vector's row id, its signs
 as bits (width / 8 bytes), the vector quantised to int8 with its scale (width + 4
@@ -37,6 +37,7 @@ measures recall@10 on real sentence embeddings.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
@@ -57,6 +58,7 @@ __all__ = [
     "Changes",
     "ChangesAfter",
     "CountVectors",
+    "Feed",
     "Position",
     "ReadPosition",
     "Request",
@@ -66,6 +68,7 @@ __all__ = [
     "VectorTable",
     "VectorsAfter",
     "VectorsOf",
+    "key_parameters",
     "run",
     "run_async",
     "shortlist",
@@ -160,6 +163,58 @@ class SessionsOf:
 
 Request = ReadPosition | CountVectors | VectorsAfter | ChangesAfter | VectorsOf | SessionsOf
 Steps = Generator[Request, Any, T]
+
+
+class Feed(abc.ABC):
+    """A backend's answers to the cache's requests, one method a request, each read in
+    the snapshot the feed stands for. A feed is the ``answer`` of `run` (its methods
+    return their answers) or of `run_async` (its methods are coroutines)."""
+
+    def __call__(self, request: Request) -> Any:
+        if isinstance(request, ReadPosition):
+            return self.position()
+        if isinstance(request, ChangesAfter):
+            return self.changes_after(request.change)
+        if isinstance(request, SessionsOf):
+            return self.sessions_of(request.ids)
+        model, width = request.key
+        if isinstance(request, CountVectors):
+            return self.count_vectors(model, width)
+        if isinstance(request, VectorsAfter):
+            return self.vectors_after(model, width, request.after, request.limit)
+        return self.vectors_of(model, width, request.rowids, request.sessions)
+
+    @abc.abstractmethod
+    def position(self) -> Any:
+        """The answer to `ReadPosition`."""
+
+    @abc.abstractmethod
+    def changes_after(self, change: int) -> Any:
+        """The answer to `ChangesAfter`."""
+
+    @abc.abstractmethod
+    def sessions_of(self, ids: list[str]) -> Any:
+        """The answer to `SessionsOf`."""
+
+    @abc.abstractmethod
+    def count_vectors(self, model: str | None, width: int) -> Any:
+        """The answer to `CountVectors` of the key (``model``, ``width``)."""
+
+    @abc.abstractmethod
+    def vectors_after(self, model: str | None, width: int, after: int, limit: int) -> Any:
+        """The answer to `VectorsAfter`."""
+
+    @abc.abstractmethod
+    def vectors_of(
+        self, model: str | None, width: int, rowids: list[int], sessions: list[str]
+    ) -> Any:
+        """The answer to `VectorsOf`."""
+
+
+def key_parameters(model: str | None, width: int) -> dict[str, Any]:
+    """The bound parameters of a key for a SQL feed: ``model`` and the blob's length in
+    bytes (``width``)."""
+    return {"width": 4 * width, "model": model}
 
 
 def run(steps: Steps[T], answer: Callable[[Request], Any]) -> T:

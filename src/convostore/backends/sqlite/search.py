@@ -25,7 +25,7 @@ from convostore.backends.sql.vector_cache import VectorCache
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import BLANK_FUNCTION
 from convostore.backends.sqlite.rows import vector_blob
-from convostore.backends.sqlite.vector_cache import feed
+from convostore.backends.sqlite.vector_cache import SQLiteFeed
 from convostore.model import Role, SearchHit
 
 __all__ = [
@@ -101,7 +101,7 @@ def read_vector_search(
     shortlisted = None
     if cache is not None:
         key = (model, len(vector))
-        shortlisted = cache.shortlisted(feed(connection), key, vector, metric, k, *scope)
+        shortlisted = cache.shortlisted(SQLiteFeed(connection), key, vector, metric, k, *scope)
     return drive(connection, vector_search(SEARCH, vector, metric, model, k, scope, shortlisted))
 
 

@@ -6,7 +6,7 @@ role, type or session) or deleted, by the cascade of a deleted session too. Writ
 serialised, so the log's ids (AUTOINCREMENT: never reused) grow in commit order and a
 read snapshot holds a prefix of the log: its position is the last id it holds. The log
 keeps the last changes only (`schema.VECTOR_CHANGES_KEPT`); the generation of schema 3
-moves when a session changes owner. `feed` answers the cache's requests on one
+moves when a session changes owner. `SQLiteFeed` answers the cache's requests on one
 connection, in its read snapshot.
 """
 
@@ -14,21 +14,18 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from convostore.backends.sql.vector_cache import (
     Changes,
-    ChangesAfter,
-    CountVectors,
+    Feed,
     Position,
-    ReadPosition,
-    Request,
-    SessionsOf,
-    VectorsAfter,
+    SessionRow,
+    VectorRow,
+    key_parameters,
 )
 
-__all__ = ["feed"]
+__all__ = ["SQLiteFeed"]
 
 # Where a read snapshot stands: the generation, the last change logged (AUTOINCREMENT's
 # record, kept when the log is pruned), and the change the log has been pruned through.
@@ -62,27 +59,36 @@ SESSIONS: Final = (
 )
 
 
-def feed(connection: sqlite3.Connection) -> Callable[[Request], Any]:
+class SQLiteFeed(Feed):
     """The answers to the cache's requests, read on ``connection`` (in its snapshot)."""
 
-    def answer(request: Request) -> Any:
-        if isinstance(request, ReadPosition):
-            return Position(*connection.execute(SNAPSHOT_POSITION).fetchone())
-        if isinstance(request, ChangesAfter):
-            rows = connection.execute(CHANGED_ROWIDS, {"after": request.change})
-            # Deleted sessions are logged row by row by the cascade's trigger.
-            return Changes([row[0] for row in rows])
-        if isinstance(request, SessionsOf):
-            return connection.execute(SESSIONS, {"ids": json.dumps(request.ids)}).fetchall()
-        model, width = request.key
-        parameters: dict[str, Any] = {"width": 4 * width, "model": model}
-        by_model = model is not None
-        if isinstance(request, CountVectors):
-            return int(connection.execute(COUNT_VECTORS[by_model], parameters).fetchone()[0])
-        if isinstance(request, VectorsAfter):
-            parameters |= {"after": request.after, "limit": request.limit}
-            return connection.execute(VECTORS_AFTER[by_model], parameters).fetchall()
-        parameters["rowids"] = json.dumps(request.rowids)
-        return connection.execute(VECTORS_OF_ROWIDS[by_model], parameters).fetchall()
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.connection = connection
 
-    return answer
+    def position(self) -> Position:
+        return Position(*self.connection.execute(SNAPSHOT_POSITION).fetchone())
+
+    def changes_after(self, change: int) -> Changes:
+        rows = self.connection.execute(CHANGED_ROWIDS, {"after": change})
+        # Deleted sessions are logged row by row by the cascade's trigger.
+        return Changes([row[0] for row in rows])
+
+    def sessions_of(self, ids: list[str]) -> list[SessionRow]:
+        return self.connection.execute(SESSIONS, {"ids": json.dumps(ids)}).fetchall()
+
+    def count_vectors(self, model: str | None, width: int) -> int:
+        statement = COUNT_VECTORS[model is not None]
+        return int(self.connection.execute(statement, key_parameters(model, width)).fetchone()[0])
+
+    def vectors_after(
+        self, model: str | None, width: int, after: int, limit: int
+    ) -> list[VectorRow]:
+        parameters = key_parameters(model, width) | {"after": after, "limit": limit}
+        return self.connection.execute(VECTORS_AFTER[model is not None], parameters).fetchall()
+
+    def vectors_of(
+        self, model: str | None, width: int, rowids: list[int], sessions: list[str]
+    ) -> list[VectorRow]:
+        # Deleted sessions are logged row by row: ``sessions`` is always empty here.
+        parameters = key_parameters(model, width) | {"rowids": json.dumps(rowids)}
+        return self.connection.execute(VECTORS_OF_ROWIDS[model is not None], parameters).fetchall()
