@@ -9,10 +9,10 @@ Everything here is a value: no I/O, no checking (the store checked what it hands
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from convostore._codec import MessageParts
 from convostore.cursors import Keyset
@@ -20,6 +20,8 @@ from convostore.errors import InvalidArgumentError
 from convostore.model import Event, Message, Role, Session, SessionFilter, SessionOrder, User
 
 __all__ = [
+    "MESSAGE_COLUMNS",
+    "SESSION_COLUMNS",
     "AppendOutcome",
     "Listing",
     "Metric",
@@ -32,6 +34,8 @@ __all__ = [
     "TextQuery",
     "VectorIndexSpec",
     "VectorQuery",
+    "message_values",
+    "session_values",
 ]
 
 Metric = Literal["cosine", "euclidean"]
@@ -60,6 +64,38 @@ class NewSession:
     indexed_metadata: tuple[tuple[str, str], ...]
     users_to_insert: tuple[User, ...]
     required_user_ids: tuple[str, ...]
+
+
+SESSION_COLUMNS: Final = (
+    "id", "owner_id", "title", "kind", "part_of", "held_with",
+    "created_at", "last_activity_at", "expires_at", "metadata",
+)  # fmt: skip
+"""The columns every backend stores of a new session (`session_values`), by the names of
+the SQL schema (`convostore.backends.sql.tables`); a backend adds its own, and renames
+those its storage names otherwise."""
+
+
+def _as_given(time: datetime) -> datetime:
+    return time
+
+
+def session_values(new: NewSession, time: Callable[[datetime], Any] = _as_given) -> tuple[Any, ...]:
+    """The values of `SESSION_COLUMNS` for ``new``, its times as ``time`` encodes them
+    (as datetimes by default)."""
+    session = new.session
+    expires_at = session.expires_at
+    return (
+        session.id,
+        session.owner_id,
+        session.title,
+        session.kind,
+        session.part_of,
+        session.held_with,
+        time(session.created_at),
+        time(session.last_activity_at),
+        None if expires_at is None else time(expires_at),
+        new.metadata_json,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +141,32 @@ class PreparedEvent:
     payload_json: str | None
     message_json: MessageParts | None
     stamp: str
+
+
+MESSAGE_COLUMNS: Final = (
+    "role", "content", "author_id", "recipient_ids", "in_reply_to",
+    "tool_calls", "tool_call_id", "attachments", "data", "assets",
+)  # fmt: skip
+"""The columns every backend stores of a message beyond those of its event
+(`message_values`), named and ordered as in the SQL schema; a backend adds its own
+(the vector, the stamp, its text index)."""
+
+
+def message_values(message: Message, parts: MessageParts) -> tuple[Any, ...]:
+    """The values of `MESSAGE_COLUMNS` for ``message``, its list-valued ``parts`` as
+    their JSON (`PreparedEvent.message_json`)."""
+    return (
+        message.role.value,
+        message.content,
+        message.author_id,
+        parts.recipient_ids,
+        message.in_reply_to,
+        parts.tool_calls,
+        message.tool_call_id,
+        parts.attachments,
+        parts.data,
+        parts.assets,
+    )
 
 
 @dataclass(frozen=True, slots=True)

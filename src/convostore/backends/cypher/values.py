@@ -17,6 +17,7 @@ from typing import Any, Final
 from convostore import _json
 from convostore._text import text_tokens
 from convostore._time import from_micros, to_micros
+from convostore.backends import spi
 from convostore.backends.cypher.queries import SCHEMA_LABEL_KEY
 from convostore.backends.spi import NewSession, PreparedAppend, PreparedEvent, SessionChanges
 from convostore.backends.sql.rows import RowReader
@@ -79,20 +80,10 @@ def metadata_entries(pairs: tuple[tuple[str, str], ...]) -> list[dict[str, str]]
 
 
 def session_parameters(new: NewSession, *, owner_from_parent: bool) -> dict[str, Any]:
-    session = new.session
     return {
-        "id": session.id,
-        "owner_id": session.owner_id,
+        **dict(zip(spi.SESSION_COLUMNS, spi.session_values(new, to_micros), strict=True)),
         "owner_from_parent": owner_from_parent,
-        "title": session.title,
-        "kind": session.kind,
-        "part_of": session.part_of,
-        "held_with": session.held_with,
-        "created_at": to_micros(session.created_at),
-        "last_activity_at": to_micros(session.last_activity_at),
-        "expires_at": None if session.expires_at is None else to_micros(session.expires_at),
-        "metadata": new.metadata_json,
-        "stamp": session.stamp,
+        "stamp": new.session.stamp,
         "entries": metadata_entries(new.indexed_metadata),
         "schema_key": SCHEMA_LABEL_KEY,
         "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
@@ -149,20 +140,11 @@ def _event(prepared: PreparedEvent, offset: int, turn_offset: int | None) -> dic
     folded = event.content.lower()
     embedding = None if event.embedding is None else _finite(event.embedding)
     values.update(
-        role=event.role.value,
-        content=event.content,
+        zip(spi.MESSAGE_COLUMNS, spi.message_values(event, parts), strict=True),
         # ASCII text is folded by the database as Python folds it; other text is kept
         # folded where folding changes it (Python maps "İ" and a final "Σ" its own way).
         content_folded=None if folded == event.content or event.content.isascii() else folded,
-        author_id=event.author_id,
-        recipient_ids=parts.recipient_ids,
         recipients=list(event.recipient_ids),
-        in_reply_to=event.in_reply_to,
-        tool_calls=parts.tool_calls,
-        tool_call_id=event.tool_call_id,
-        attachments=parts.attachments,
-        data=parts.data,
-        assets=parts.assets,
         embedding=embedding,
         embedding_model=event.embedding_model if embedding is not None else None,
         embedding_width=None if embedding is None else len(embedding),

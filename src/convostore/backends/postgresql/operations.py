@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from psycopg import errors
 
+from convostore.backends import spi
 from convostore.backends.decisions import owned_by_parent
 from convostore.backends.postgresql import statements as sql
 from convostore.backends.postgresql.connection import Connection
@@ -107,19 +108,9 @@ async def insert_session(
 
 
 def _insert_parameters(new: NewSession) -> dict[str, Any]:
-    session = new.session
     return {
-        "id": session.id,
-        "owner_id": session.owner_id,
-        "title": session.title,
-        "kind": session.kind,
-        "part_of": session.part_of,
-        "held_with": session.held_with,
-        "created_at": session.created_at,
-        "last_activity_at": session.last_activity_at,
-        "expires_at": session.expires_at,
-        "metadata": new.metadata_json,
-        "stamp": session.stamp,
+        **dict(zip(spi.SESSION_COLUMNS, spi.session_values(new), strict=True)),
+        "stamp": new.session.stamp,
         "required_users": unconfirmed_users(new.users_to_insert, new.required_user_ids),
         "users": users_json(new.users_to_insert),
         **_entries(new.indexed_metadata),

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from convostore._text import text_tokens
+from convostore.backends import spi
 from convostore.backends.spi import PreparedEvent
 from convostore.backends.sql.rows import RowReader, user_values
 from convostore.model import Message, User
@@ -112,16 +113,7 @@ def events_json(events: Sequence[PreparedEvent]) -> str:
         if isinstance(event, Message) and parts is not None:
             terms, length = search_terms(event.content)
             row.update(
-                role=event.role.value,
-                content=event.content,
-                author_id=event.author_id,
-                recipient_ids=parts.recipient_ids,
-                in_reply_to=event.in_reply_to,
-                tool_calls=parts.tool_calls,
-                tool_call_id=event.tool_call_id,
-                attachments=parts.attachments,
-                data=parts.data,
-                assets=parts.assets,
+                zip(spi.MESSAGE_COLUMNS, spi.message_values(event, parts), strict=True),
                 narration=event.narration,
                 embedding=None if event.embedding is None else vector_text(event.embedding),
                 embedding_model=event.embedding_model,

@@ -10,11 +10,13 @@ import json
 import math
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from convostore import _json
 from convostore._text import text_tokens
 from convostore._time import from_micros, to_micros
+from convostore.backends import spi
 from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.rows import RowReader, user_values
 from convostore.backends.sql.values import MICROS_READER, event_values, vector_blob
@@ -68,21 +70,22 @@ def read_user(document: bytes | None) -> User | None:
 def session_document(new: NewSession) -> dict[str, Any]:
     """The session's fields for ``insert_session`` (times as decimal text: Lua's numbers
     would round them)."""
-    s = new.session
     return {
-        "id": s.id,
-        "owner": s.owner_id,
-        "title": s.title,
-        "kind": s.kind,
-        "part_of": s.part_of,
-        "held_with": s.held_with,
-        "created": str(to_micros(s.created_at)),
-        "activity": str(to_micros(s.last_activity_at)),
-        "expires": None if s.expires_at is None else str(to_micros(s.expires_at)),
-        "meta": new.metadata_json,
-        "stamp": s.stamp,
+        **dict(zip(_SESSION_FIELDS, spi.session_values(new, _micros_text), strict=True)),
+        "stamp": new.session.stamp,
         "cand": _encode([list(pair) for pair in new.indexed_metadata]),
     }
+
+
+# The names of `spi.SESSION_COLUMNS` among a session's fields (`functions.SESSION_FIELDS`).
+_SESSION_FIELDS: Final = (
+    "id", "owner", "title", "kind", "part_of", "held_with", "created", "activity", "expires",
+    "meta",
+)  # fmt: skip
+
+
+def _micros_text(time: datetime) -> str:
+    return str(to_micros(time))
 
 
 def read_session(values: Sequence[Any]) -> Session:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 from convostore._time import from_micros, to_micros
+from convostore.backends import spi
 from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.rows import RowReader
 from convostore.model import Message
@@ -62,20 +63,7 @@ def vector_from_blob(blob: bytes | None) -> tuple[float, ...] | None:
 
 def session_values(new: NewSession) -> tuple[Any, ...]:
     session = new.session
-    return (
-        session.id,
-        session.owner_id,
-        session.title,
-        session.kind,
-        session.part_of,
-        session.held_with,
-        to_micros(session.created_at),
-        to_micros(session.last_activity_at),
-        None if session.expires_at is None else to_micros(session.expires_at),
-        new.metadata_json,
-        session.version,
-        session.stamp,
-    )
+    return (*spi.session_values(new, to_micros), session.version, session.stamp)
 
 
 def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
@@ -96,16 +84,7 @@ def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
         return common + _NOT_A_MESSAGE
     return (
         *common,
-        event.role.value,
-        event.content,
-        event.author_id,
-        parts.recipient_ids,
-        event.in_reply_to,
-        parts.tool_calls,
-        event.tool_call_id,
-        parts.attachments,
-        parts.data,
-        parts.assets,
+        *spi.message_values(event, parts),
         event.narration,
         vector_blob(event.embedding),
         event.embedding_model,
