@@ -22,6 +22,7 @@ __all__ = [
     "server_address",
     "split",
     "target_of",
+    "tls_options",
     "whole",
     "whole_number",
     "with_options",
@@ -135,6 +136,27 @@ def server_address(
     user = unquote(parts.username) if parts.username else None
     password = None if parts.password is None else unquote(parts.password)
     return parts.hostname or "localhost", port, user, password
+
+
+# redis-py's TLS options, which the Redis and FalkorDB URLs pass on as they are.
+_TLS_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs")
+_CERT_REQS: Final = ("required", "optional", "none")
+
+
+def tls_options(given: list[tuple[str, str]], tls: bool, what: str, tls_url: str) -> dict[str, str]:
+    """The TLS options (redis-py's ``ssl_*``) among the options ``given`` that no parser
+    took; any other is `InvalidArgumentError`, and so is any of them without ``tls``
+    (``what``: "the Redis URL"; ``tls_url``: the URL they need, "a TLS (rediss://) URL")."""
+    ssl: dict[str, str] = {}
+    for name, value in given:
+        if name not in _TLS_OPTIONS:
+            raise InvalidArgumentError(f"unknown option {name!r} in {what}")
+        if not tls:
+            raise InvalidArgumentError(f"{name} needs {tls_url}")
+        if name == "ssl_cert_reqs" and value not in _CERT_REQS:
+            raise InvalidArgumentError(f"ssl_cert_reqs must be one of {_CERT_REQS}")
+        ssl[name] = value
+    return ssl
 
 
 def check_pool(min_size: int, max_size: int) -> None:

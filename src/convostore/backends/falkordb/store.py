@@ -19,6 +19,7 @@ from convostore.backends.cypher.schema import IndexInventory, Run
 from convostore.backends.cypher.store import CypherBackend, Rows
 from convostore.backends.falkordb import schema
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
+from convostore.backends.redispy import connection_pool
 from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
 from convostore.errors import BackendUnavailableError, StoreError
@@ -64,22 +65,8 @@ class FalkorDBBackend(CypherBackend):
 
     async def _connect(self) -> None:
         target = self.target
-        connection_class = aioredis.SSLConnection if target.tls else aioredis.Connection
-        tls: dict[str, Any] = dict(target.ssl)
-        self._pool = aioredis.BlockingConnectionPool(
-            host=target.host,
-            port=target.port,
-            username=target.username,
-            password=target.password,
-            max_connections=target.pool_max_size,
-            timeout=target.pool_timeout,
-            socket_connect_timeout=target.connect_timeout,
-            socket_timeout=target.socket_timeout,
-            decode_responses=True,
-            protocol=2,
-            client_name="convostore",
-            connection_class=connection_class,
-            **tls,
+        self._pool = connection_pool(
+            target, target.host, target.port, timeout=target.pool_timeout, decode_responses=True
         )
         try:
             # The client probes the server (cluster or not) synchronously: off the loop.

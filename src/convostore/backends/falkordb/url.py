@@ -20,7 +20,7 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from convostore.backends.cypher.url import POOL_OPTIONS
-from convostore.backends.urls import Parse, seconds, server_address, with_options
+from convostore.backends.urls import Parse, seconds, server_address, tls_options, with_options
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["DEFAULT_GRAPH", "DEFAULT_PORT", "SCHEMES", "FalkorDBTarget", "parse_falkordb_url"]
@@ -30,8 +30,6 @@ DEFAULT_GRAPH: Final = "convostore"
 DEFAULT_PORT: Final = 6379
 # A graph is a Redis key; convostore keeps to names that need no quoting anywhere.
 GRAPH_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}")
-_SSL_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
-_CERT_REQS: Final = ("required", "optional", "none")
 _OPTIONS: Final[dict[str, Parse]] = {**POOL_OPTIONS, "socket_timeout": seconds}
 
 
@@ -73,13 +71,5 @@ def parse_falkordb_url(url: str) -> FalkorDBTarget:
     target = FalkorDBTarget(host, port, graph, username, password, tls=scheme == "falkordbs")
     given: list[tuple[str, str]] = []
     target = with_options(target, parts.query, _OPTIONS, "the FalkorDB URL", given)
-    ssl: dict[str, str] = {}
-    for name, value in given:
-        if name not in _SSL_OPTIONS and name != "ssl_cert_reqs":
-            raise InvalidArgumentError(f"unknown option {name!r} in the FalkorDB URL")
-        if not target.tls:
-            raise InvalidArgumentError(f"{name} needs a falkordbs:// (TLS) URL")
-        if name == "ssl_cert_reqs" and value not in _CERT_REQS:
-            raise InvalidArgumentError(f"ssl_cert_reqs must be one of {_CERT_REQS}")
-        ssl[name] = value
+    ssl = tls_options(given, target.tls, "the FalkorDB URL", "a falkordbs:// (TLS) URL")
     return replace(target, ssl=ssl)

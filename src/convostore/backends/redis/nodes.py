@@ -28,6 +28,7 @@ from redis.crc import key_slot
 
 from convostore.backends.redis.functions import library
 from convostore.backends.redis.url import RedisTarget
+from convostore.backends.redispy import connection_pool
 from convostore.errors import BackendUnavailableError, StoreError
 
 __all__ = ["Command", "Nodes", "translate_error"]
@@ -116,22 +117,12 @@ class Nodes:
         client = self._clients.get(address)
         if client is None:
             target = self.target
-            connection_class = aioredis.SSLConnection if target.tls else aioredis.Connection
-            pool = aioredis.BlockingConnectionPool(
-                host=address[0],
-                port=address[1],
-                db=target.db,
-                username=target.username,
-                password=target.password,
-                max_connections=target.pool_max_size,
+            pool = connection_pool(
+                target,
+                *address,
                 timeout=target.connect_timeout + target.wait_timeout,
-                socket_connect_timeout=target.connect_timeout,
-                socket_timeout=target.socket_timeout,
                 decode_responses=False,
-                protocol=2,
-                client_name="convostore",
-                connection_class=connection_class,
-                **_ssl_options(target),
+                db=target.db,
             )
             client = aioredis.Redis(connection_pool=pool)
             self._clients[address] = client
@@ -295,10 +286,6 @@ class Nodes:
 async def _command(client: aioredis.Redis, *args: Any) -> Any:
     """One command through redis-py's untyped ``execute_command``."""
     return await client.execute_command(*args)  # type: ignore[no-untyped-call]
-
-
-def _ssl_options(target: RedisTarget) -> dict[str, Any]:
-    return dict(target.ssl)
 
 
 def translate_error(error: BaseException, where: str) -> StoreError:

@@ -33,7 +33,15 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from convostore.backends.urls import Parse, one_of, redacted, seconds, whole, with_options
+from convostore.backends.urls import (
+    Parse,
+    one_of,
+    redacted,
+    seconds,
+    tls_options,
+    whole,
+    with_options,
+)
 from convostore.errors import InvalidArgumentError
 
 __all__ = ["SCHEMES", "RedisTarget", "parse_redis_url"]
@@ -44,8 +52,6 @@ SCHEMES: Final = (
 )  # fmt: skip
 DEFAULT_PORT: Final = 6379
 NAMESPACE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_SSL_OPTIONS: Final = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs")
-_CERT_REQS: Final = ("required", "optional", "none")
 
 
 def _namespace(name: str, value: str) -> str:
@@ -144,13 +150,5 @@ def parse_redis_url(url: str) -> RedisTarget:
     target = RedisTarget(nodes, cluster, db, username, password, tls)
     given: list[tuple[str, str]] = []
     target = with_options(target, parts.query, _OPTIONS, "the Redis URL", given)
-    ssl: dict[str, str] = {}
-    for name, value in given:
-        if name not in _SSL_OPTIONS:
-            raise InvalidArgumentError(f"unknown option {name!r} in the Redis URL")
-        if not tls:
-            raise InvalidArgumentError(f"{name} needs a TLS (rediss://) URL")
-        if name == "ssl_cert_reqs" and value not in _CERT_REQS:
-            raise InvalidArgumentError(f"ssl_cert_reqs must be one of {_CERT_REQS}")
-        ssl[name] = value
+    ssl = tls_options(given, tls, "the Redis URL", "a TLS (rediss://) URL")
     return replace(target, ssl=ssl)
