@@ -1,14 +1,25 @@
 """What the backends on redis-py share (Redis and Valkey, FalkorDB): how a pool of
-connections to one server is opened from a URL's target."""
+connections to one server is opened from a URL's target, and which of the driver's
+errors say that a server cannot be used now."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
 
-__all__ = ["ClientTarget", "connection_pool"]
+__all__ = ["UNAVAILABLE", "ClientTarget", "connection_pool"]
+
+# The driver's errors of a server that cannot be used now: the connection lost or timed
+# out, the login refused, the server still loading its files.
+UNAVAILABLE: Final = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.AuthenticationError,
+    redis_errors.BusyLoadingError,
+)
 
 
 class ClientTarget(Protocol):
@@ -43,6 +54,7 @@ def connection_pool(
     """A pool of ``target``'s connections to the server at ``host``:``port`` (its
     database ``db``), in RESP2; an operation waits ``timeout`` seconds for a free
     connection."""
+    ssl: dict[str, Any] = dict(target.ssl)  # redis-py's options of these names
     return aioredis.BlockingConnectionPool(
         host=host,
         port=port,
@@ -57,5 +69,5 @@ def connection_pool(
         protocol=2,
         client_name="convostore",
         connection_class=aioredis.SSLConnection if target.tls else aioredis.Connection,
-        **target.ssl,
+        **ssl,
     )

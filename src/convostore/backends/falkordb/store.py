@@ -19,7 +19,7 @@ from convostore.backends.cypher.schema import IndexInventory, Run
 from convostore.backends.cypher.store import CypherBackend, Rows
 from convostore.backends.falkordb import schema
 from convostore.backends.falkordb.url import FalkorDBTarget, parse_falkordb_url
-from convostore.backends.redispy import connection_pool
+from convostore.backends.redispy import UNAVAILABLE, connection_pool
 from convostore.backends.transports import abort_transports
 from convostore.backends.urls import target_of
 from convostore.errors import BackendUnavailableError, StoreError
@@ -142,13 +142,7 @@ def translate_error(error: BaseException, where: str) -> StoreError:
     `BackendUnavailableError` when the server cannot be used (lost connection, refused
     login, no free connection, still loading its files), else `StoreError`."""
     detail = f"{where}: {error}"
-    if isinstance(
-        error,
-        redis_errors.ConnectionError
-        | redis_errors.TimeoutError
-        | redis_errors.AuthenticationError
-        | redis_errors.BusyLoadingError,
-    ):
+    if isinstance(error, UNAVAILABLE):
         return BackendUnavailableError(detail)
     if isinstance(error, redis_errors.ResponseError) and "NOAUTH" in str(error):
         return BackendUnavailableError(detail)

@@ -28,7 +28,7 @@ from redis.crc import key_slot
 
 from convostore.backends.redis.functions import library
 from convostore.backends.redis.url import RedisTarget
-from convostore.backends.redispy import connection_pool
+from convostore.backends.redispy import UNAVAILABLE, connection_pool
 from convostore.errors import BackendUnavailableError, StoreError
 
 __all__ = ["Command", "Nodes", "translate_error"]
@@ -288,20 +288,20 @@ async def _command(client: aioredis.Redis, *args: Any) -> Any:
     return await client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
+# Those of one server, and a cluster's whose slots are down or moving.
+_UNAVAILABLE: Final = (
+    *UNAVAILABLE,
+    redis_errors.ClusterDownError,
+    redis_errors.TryAgainError,
+    redis_errors.AskError,
+)
+
+
 def translate_error(error: BaseException, where: str) -> StoreError:
     """The convostore error for a driver's error: `BackendUnavailableError` when the
     servers cannot be used now, else `StoreError`."""
     detail = f"{where}: {error}"
-    if isinstance(
-        error,
-        redis_errors.ConnectionError
-        | redis_errors.TimeoutError
-        | redis_errors.AuthenticationError
-        | redis_errors.BusyLoadingError
-        | redis_errors.ClusterDownError
-        | redis_errors.TryAgainError
-        | redis_errors.AskError,
-    ):
+    if isinstance(error, _UNAVAILABLE):
         return BackendUnavailableError(detail)
     text = str(error)
     if text.startswith(
