@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from convostore.backends.spi import AppendOutcome, NewSession, PreparedAppend
+from convostore.backends import spi
 from convostore.errors import (
     EventIdConflictError,
     InvalidArgumentError,
@@ -81,19 +81,21 @@ def stale_or_missing(session_id: str, exists: bool) -> StoreError:
     return StaleObjectError(f"session {session_id!r} was written since it was read")
 
 
-def replay_or_conflict(append: PreparedAppend, stored: Sequence[Event]) -> AppendOutcome:
+def replay_or_conflict(append: spi.PreparedAppend, stored: Sequence[Event]) -> spi.AppendOutcome:
     """An append found event ids of it stored already (``stored``: those events). A single
     append retried in its own log answers the stored event and writes nothing; any other
     clash is `EventIdConflictError`."""
     by_id = {event.id: event for event in stored}
     clash = next(by_id[p.event.id] for p in append.events if p.event.id in by_id)
     if append.expected_version is None and clash.session_id == append.session_id:
-        return AppendOutcome(applied=False, events=[clash])
+        return spi.AppendOutcome(applied=False, events=[clash])
     where = "" if clash.session_id == append.session_id else " by another session"
     raise EventIdConflictError(f"event id {clash.id!r} is already used{where}")
 
 
-def owned_by_parent(new: NewSession, parent: tuple[str | None, str | None] | None) -> NewSession:
+def owned_by_parent(
+    new: spi.NewSession, parent: tuple[str | None, str | None] | None
+) -> spi.NewSession:
     """``new``, a part, owned by its parent, given the parent's (owner_id, part_of) as
     read in the transaction that inserts it; None when there is no parent."""
     part_of = new.session.part_of

@@ -62,29 +62,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, Self, TypeVar
 
-from convostore.backends.spi import (
-    AppendOutcome,
-    NewSession,
-    PendingEmbedding,
-    PreparedAppend,
-    SearchScope,
-    SessionChanges,
-    TextQuery,
-    VectorIndexSpec,
-    VectorQuery,
-)
+from convostore.backends import spi
+from convostore.backends.spi import SearchScope, TextQuery, VectorQuery
 from convostore.cursors import Keyset
 from convostore.filters import EventFilter
-from convostore.model import (
-    Event,
-    Role,
-    SearchHit,
-    Session,
-    SessionFilter,
-    SessionOrder,
-    SessionSummary,
-    User,
-)
 
 __all__ = [
     "Backend",
@@ -152,7 +133,7 @@ class Connected:
     vector index in force, and why the embedder's index could not be used (or None)."""
 
     indexed_metadata: frozenset[str]
-    vector_index: VectorIndexSpec | None
+    vector_index: spi.VectorIndexSpec | None
     vector_index_drift: str | None
 
 
@@ -177,10 +158,10 @@ class SessionPage:
     strictly after ``after`` (None: from the start) in ``order``, as ``filter`` says."""
 
     owner_id: str
-    order: SessionOrder
+    order: spi.SessionOrder
     after: Keyset | None
     limit: int
-    filter: SessionFilter
+    filter: spi.SessionFilter
 
 
 class Backend(abc.ABC):
@@ -210,7 +191,7 @@ class Backend(abc.ABC):
         than this code knows raises `SchemaVersionError`."""
 
     async def after_connect(
-        self, indexed_metadata: Iterable[str], vector_index: VectorIndexSpec | None
+        self, indexed_metadata: Iterable[str], vector_index: spi.VectorIndexSpec | None
     ) -> Connected:
         """What every backend runs once connected: index the metadata keys named (added
         to those the database already indexes, and backfilled), then ensure the vector
@@ -253,17 +234,17 @@ class Backend(abc.ABC):
     # ---------------------------------------------------------------- users
 
     @abc.abstractmethod
-    async def put_user(self, user: User) -> None:
+    async def put_user(self, user: spi.User) -> None:
         """Insert the user, or overwrite every field of the stored one with that id."""
 
     @abc.abstractmethod
-    async def get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> spi.User | None:
         """The stored user, or None."""
 
     # ---------------------------------------------------------------- sessions
 
     @abc.abstractmethod
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         """Insert the users (if absent; a stored user is not overwritten) and the
         session with its metadata index entries (the candidates whose key the database
         indexes at the write: see the module). In this order of checks: an existing
@@ -273,7 +254,7 @@ class Backend(abc.ABC):
         owner (`InvalidArgumentError`). Returns the session as stored."""
 
     @abc.abstractmethod
-    async def find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: spi.NewSession) -> spi.Session:
         """The earliest (smallest id) part of ``new.session.part_of`` held with
         ``new.session.held_with``, or ``new`` inserted as `insert_session` does with the
         parent's owner as its owner (``new.session.owner_id`` is ignored: use
@@ -282,11 +263,11 @@ class Backend(abc.ABC):
         that is itself a part `InvalidArgumentError`."""
 
     @abc.abstractmethod
-    async def get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> spi.Session | None:
         """The session, expired or not, or None."""
 
     @abc.abstractmethod
-    async def update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: spi.SessionChanges) -> spi.Session:
         """Write title, metadata (and its index entries, replacing the old ones, for the
         keys the database indexes at the write: see the module) and
         expires_at, and set the stamp to ``changes.new_stamp``, only if the stored stamp
@@ -294,7 +275,7 @@ class Backend(abc.ABC):
         `SessionNotFoundError`, another stamp `StaleObjectError`. Returns it as stored."""
 
     @abc.abstractmethod
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> spi.Session:
         """Write the title and ``stamp``, whatever the stored stamp; nothing else
         changes. A missing session is `SessionNotFoundError`. Returns it as stored."""
 
@@ -304,7 +285,7 @@ class Backend(abc.ABC):
         assets, vectors and metadata index entries; never users. False if absent."""
 
     @abc.abstractmethod
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
+    async def list_sessions(self, page: SessionPage) -> list[spi.Session]:
         """Up to ``page.limit`` of the owner's sessions strictly after ``page.after`` in
         ``page.order``, by keyset on an index (the cost of a page does not grow with its
         position). `SessionOrder.CREATED`: id descending. `SessionOrder.LAST_ACTIVITY`:
@@ -312,31 +293,31 @@ class Backend(abc.ABC):
         ``filter.include_parts``; ``filter.kind`` keeps that kind."""
 
     @abc.abstractmethod
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+    async def list_summaries(self, page: SessionPage) -> list[spi.SessionSummary]:
         """`list_sessions`, each with its owner (None for an ownerless session), message
         count and ``started_by`` (the author of the earliest authored message), all in
         the same query, without reading message bodies."""
 
     @abc.abstractmethod
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: spi.SessionFilter) -> int:
         """How many sessions `list_sessions` lists over all its pages."""
 
     @abc.abstractmethod
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> spi.Session | None:
         """The earliest (smallest id) part of ``part_of`` held with ``held_with``."""
 
     @abc.abstractmethod
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[spi.SessionSummary]:
         """The parts of ``part_of`` with their summaries, oldest (smallest id) first."""
 
     @abc.abstractmethod
-    async def participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[spi.User]:
         """The stored authors of the session's messages, once each, in the order of
         their first message in the log (``seq``), not by time or id. [] for an unknown
         session."""
 
     @abc.abstractmethod
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[spi.Session]:
         """Sessions whose index entry for the indexed key ``name`` equals ``value`` in
         full (values of any length; two sharing a long prefix are told apart), oldest
         (smallest id) first."""
@@ -374,7 +355,7 @@ class Backend(abc.ABC):
     # ---------------------------------------------------------------- the log
 
     @abc.abstractmethod
-    async def append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: spi.PreparedAppend) -> spi.AppendOutcome:
         """Apply the append in one transaction, in this order of checks:
         unknown session -> `SessionNotFoundError`; unknown required user ->
         `UnknownUserError`; for a batch, a version other than ``expected_version`` ->
@@ -392,7 +373,7 @@ class Backend(abc.ABC):
         """The log's version; 0 for an unknown session."""
 
     @abc.abstractmethod
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[spi.Event]:
         """Exactly what `convostore.filters.apply_filter` gives over the log (over
         `convostore.filters.active_view` of it when ``event_filter.active_view``), from
         one consistent snapshot, reading no more of the log than the answer needs (see
@@ -408,15 +389,15 @@ class Backend(abc.ABC):
     # ---------------------------------------------------------------- vectors and text
 
     @abc.abstractmethod
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> spi.VectorIndexSpec | None:
         """The vector index recorded in the database, or None."""
 
     @abc.abstractmethod
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: spi.VectorIndexSpec, *, replace: bool) -> None:
         """Record ``spec`` (and build a native index for it) if none is recorded; with
         ``replace``, drop what is recorded first. Stored vectors are never dropped."""
 
-    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+    async def begin_reembed(self, spec: spi.VectorIndexSpec) -> bool:
         """Point the vector index at ``spec`` before a `Store.reembed` run; True when
         that recreated it. A backend whose native index is cheaper to build once over
         every vector may defer building it to `end_reembed`."""
@@ -425,19 +406,19 @@ class Backend(abc.ABC):
         await self.declare_vector_index(spec, replace=True)
         return True
 
-    async def end_reembed(self, spec: VectorIndexSpec) -> None:
+    async def end_reembed(self, spec: spi.VectorIndexSpec) -> None:
         """After a `Store.reembed` run, however it ended: the index of ``spec`` stands."""
         await self.declare_vector_index(spec, replace=False)
 
     @abc.abstractmethod
     async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
+        self, model: str, roles: Sequence[spi.Role], after: str | None, limit: int
+    ) -> list[spi.PendingEmbedding]:
         """Up to ``limit`` messages of ``roles`` with non-blank content and no vector of
         ``model``, by message id ascending, ids greater than ``after``."""
 
     @abc.abstractmethod
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[spi.Role]) -> int:
         """How many messages `pending_embeddings` would give over all its pages."""
 
     @abc.abstractmethod
@@ -449,13 +430,13 @@ class Backend(abc.ABC):
         messages deleted meanwhile are skipped."""
 
     @abc.abstractmethod
-    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+    async def vector_search(self, query: spi.VectorQuery) -> list[spi.SearchHit]:
         """The ``query.k`` messages nearest ``query.vector`` among those with a vector of
         ``query.model`` (any model when None) and the same width, in the scope (applied
         before ranking, so a narrow scope still gives k hits), best first, scored as
         `convostore._vectors.top_k` scores."""
 
     @abc.abstractmethod
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+    async def text_search(self, query: spi.TextQuery) -> list[spi.SearchHit]:
         """Up to ``query.k`` messages in the scope whose content's text tokens (see the
         module) hold every one of ``query.terms`` (already tokens), best first."""

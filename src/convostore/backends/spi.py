@@ -2,7 +2,9 @@
 `convostore.backends.interface.Backend` takes and answers. A backend imports these from
 here, never from the store above it (`convostore.prepare`, `convostore.embedding`,
 `convostore.store`), so a new backend stands on this module, the interface, the values
-of `convostore.model` and the errors of `convostore.errors`.
+of `convostore.model` and the errors of `convostore.errors`. The values a primitive
+takes or answers (`Session`, `Event`, `Message`, `User`, `SearchHit`, ...) are named
+here too, so a backend's primitives name every type they exchange as ``spi.X``.
 
 Everything here is a value: no I/O, no checking (the store checked what it hands down).
 """
@@ -17,21 +19,40 @@ from typing import Any, Final, Literal, Protocol
 from convostore._codec import MessageParts
 from convostore.cursors import Keyset
 from convostore.errors import InvalidArgumentError
-from convostore.model import Event, Message, Role, Session, SessionFilter, SessionOrder, User
+from convostore.model import (
+    Event,
+    Message,
+    Role,
+    SearchHit,
+    Session,
+    SessionFilter,
+    SessionOrder,
+    SessionSummary,
+    User,
+)
 
 __all__ = [
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
     "AppendOutcome",
+    "Event",
     "Listing",
+    "Message",
     "Metric",
     "NewSession",
     "PendingEmbedding",
     "PreparedAppend",
     "PreparedEvent",
+    "Role",
+    "SearchHit",
     "SearchScope",
+    "Session",
     "SessionChanges",
+    "SessionFilter",
+    "SessionOrder",
+    "SessionSummary",
     "TextQuery",
+    "User",
     "VectorIndexSpec",
     "VectorQuery",
     "message_values",

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from convostore.backends.spi import Metric
+from convostore.backends import spi
 
 __all__ = ["FALKORDB", "CypherDialect"]
 
@@ -64,8 +64,8 @@ class CypherDialect:
     drop_vector_index_template: str
     vector_query_template: str
     vector_value_template: str
-    distance_templates: dict[Metric, str]
-    metric_names: dict[Metric, str] = field(
+    distance_templates: dict[spi.Metric, str]
+    metric_names: dict[spi.Metric, str] = field(
         default_factory=lambda: {"cosine": "cosine", "euclidean": "euclidean"}
     )
     lock_template: str = ""
@@ -88,7 +88,7 @@ class CypherDialect:
         """The query text that asks for nodes holding every term, each exactly."""
         return self.fulltext_separator.join(f'"{term}"' for term in terms)
 
-    def vector_index(self, label: str, prop: str, dimensions: int, metric: Metric) -> str:
+    def vector_index(self, label: str, prop: str, dimensions: int, metric: spi.Metric) -> str:
         if not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1:
             raise ValueError(f"a vector index needs a positive width, not {dimensions!r}")
         return self.vector_index_template.format(
@@ -99,7 +99,7 @@ class CypherDialect:
         return self.drop_vector_index_template.format(label=label, prop=prop)
 
     def vector_query(
-        self, label: str, prop: str, k_parameter: str, vector_parameter: str, metric: Metric
+        self, label: str, prop: str, k_parameter: str, vector_parameter: str, metric: spi.Metric
     ) -> str:
         """A clause yielding ``node`` and ``score`` (a distance) for the nearest nodes.
         A template whose procedure gives a similarity of its own scores the nodes with
@@ -122,12 +122,12 @@ class CypherDialect:
         """An expression turning a list of floats into a stored vector."""
         return self.vector_value_template.format(expression=expression)
 
-    def distance(self, metric: Metric, left: str, right: str) -> str:
+    def distance(self, metric: spi.Metric, left: str, right: str) -> str:
         """An expression of the distance between two vectors (lower is nearer)."""
         return self.distance_templates[metric].format(left=left, right=right)
 
     @staticmethod
-    def score(metric: Metric, distance: float) -> float:
+    def score(metric: spi.Metric, distance: float) -> float:
         """A distance as convostore scores it, higher is better: cosine similarity
         (1 - cosine distance), or the negative Euclidean distance. A zero vector has no
         direction: its similarity is 0."""

@@ -41,8 +41,8 @@ from __future__ import annotations
 import functools
 from typing import Final
 
+from convostore.backends import spi
 from convostore.backends.cypher.dialect import CypherDialect
-from convostore.backends.spi import Metric
 from convostore.model import SessionOrder
 
 __all__ = ["EVENT_CONDITIONS", "INDEXED_PROPERTIES", "CypherQueries"]
@@ -188,7 +188,7 @@ class CypherQueries:
     def fulltext_index(self) -> str:
         return self.dialect.fulltext_index(*FULLTEXT)
 
-    def vector_index(self, dimensions: int, metric: Metric) -> str:
+    def vector_index(self, dimensions: int, metric: spi.Metric) -> str:
         return self.dialect.vector_index(*VECTOR, dimensions, metric)
 
     def drop_vector_index(self) -> str:
@@ -198,7 +198,7 @@ class CypherQueries:
 
     @functools.cache  # noqa: B019 (one instance per dialect, kept for the process)
     def vector_search(
-        self, indexed: bool, metric: Metric, by_model: bool, scope: tuple[bool, bool, bool]
+        self, indexed: bool, metric: spi.Metric, by_model: bool, scope: tuple[bool, bool, bool]
     ) -> str:
         """The nearest messages with their distances. Indexed: the index is asked for
         $fetch nodes, of which those in scope (and of the model and width) are kept, the
@@ -229,7 +229,7 @@ class CypherQueries:
 
     @functools.cache  # noqa: B019
     def vector_scan_of_a_small_scope(
-        self, metric: Metric, by_model: bool, scope: tuple[bool, bool, bool]
+        self, metric: spi.Metric, by_model: bool, scope: tuple[bool, bool, bool]
     ) -> str:
         """The exact scan of a scope holding at most $most messages of the width (and
         model): its $k nearest with their distances. The first column is how many the

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from convostore._json import indexable, loads
+from convostore.backends import spi
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.values import metadata_entry
 from convostore.backends.migrations import refuse_newer
-from convostore.backends.spi import Metric, VectorIndexSpec
 
 __all__ = [
     "IndexInventory",
@@ -51,7 +51,7 @@ class Record:
 
     version: int
     indexed_keys: frozenset[str]
-    vector_index: VectorIndexSpec | None
+    vector_index: spi.VectorIndexSpec | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +63,16 @@ class IndexInventory:
 
     keys: frozenset[str]
     all_built: bool
-    vector_shape: tuple[int, Metric] | None
+    vector_shape: tuple[int, spi.Metric] | None
     vector_built: bool
 
 
-def shape(spec: VectorIndexSpec) -> tuple[int, Metric]:
+def shape(spec: spi.VectorIndexSpec) -> tuple[int, spi.Metric]:
     """What a built vector index has of a declared one: its width and metric."""
     return spec.dimensions, spec.metric
 
 
-def metric_of(name: Any) -> Metric:
+def metric_of(name: Any) -> spi.Metric:
     return "euclidean" if str(name).lower() == "euclidean" else "cosine"
 
 
@@ -80,7 +80,7 @@ async def read_record(run: Run) -> Record:
     rows = await run(q.READ_SCHEMA, _KEY)
     row: list[Any] = rows[0] if rows else [None] * 5
     version, keys, dimensions, metric, model = row
-    spec = None if model is None else VectorIndexSpec(int(dimensions), metric_of(metric), model)
+    spec = None if model is None else spi.VectorIndexSpec(int(dimensions), metric_of(metric), model)
     return Record(int(version or 0), frozenset(keys or ()), spec)
 
 
@@ -158,7 +158,9 @@ async def remove_indexed_key(run: Run, key: str) -> bool:
     return bool(rows and rows[0][0])
 
 
-async def record_vector_index(run: Run, spec: VectorIndexSpec, *, replace: bool) -> VectorIndexSpec:
+async def record_vector_index(
+    run: Run, spec: spi.VectorIndexSpec, *, replace: bool
+) -> spi.VectorIndexSpec:
     """Record ``spec`` if no vector index is recorded (with ``replace``, in place of
     what is); what is recorded then."""
     parameters = {

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final, Self, TypeVar
 
 from convostore._json import index_value
 from convostore._time import to_micros
-from convostore.backends import decisions
+from convostore.backends import decisions, interface, spi
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher import schema
 from convostore.backends.cypher.dialect import CypherDialect
@@ -32,25 +32,6 @@ from convostore.backends.cypher.values import (
     update_parameters,
     user_parameters,
 )
-from convostore.backends.interface import (
-    Backend,
-    Capabilities,
-    DatabaseStats,
-    SessionPage,
-    TextQuery,
-    VectorQuery,
-    closed_on_failure,
-    closing,
-)
-from convostore.backends.spi import (
-    AppendOutcome,
-    Metric,
-    NewSession,
-    PendingEmbedding,
-    PreparedAppend,
-    SessionChanges,
-    VectorIndexSpec,
-)
 from convostore.errors import BackendUnavailableError, StoreError
 from convostore.filters import (
     EventFilter,
@@ -58,16 +39,6 @@ from convostore.filters import (
     branch_lineage,
     compaction_parts,
     compose_view,
-)
-from convostore.model import (
-    Event,
-    Message,
-    Role,
-    SearchHit,
-    Session,
-    SessionFilter,
-    SessionSummary,
-    User,
 )
 
 __all__ = ["CypherBackend"]
@@ -92,12 +63,12 @@ _FETCH_GROWTH: Final = 4
 _EXACT_SCOPE_LIMIT: Final = 10_000
 
 
-class CypherBackend(Backend):
+class CypherBackend(interface.Backend):
     """A graph database spoken to in Cypher (see `queries` for the model): a server
     that keeps the graph on disk, with vector and full-text indexes, shared by every
     process that connects to it."""
 
-    capabilities = Capabilities(
+    capabilities = interface.Capabilities(
         persistent=True, native_vector_index=True, full_text_index=True, cross_process=True
     )
     # The schema's versions, oldest first (see `schema`).
@@ -109,7 +80,7 @@ class CypherBackend(Backend):
         self._where = where
         # The vector index the database holds (None: none, or not built yet), and
         # whether it is known to be built: an index still being built is never asked.
-        self.native_index: VectorIndexSpec | None = None
+        self.native_index: spi.VectorIndexSpec | None = None
         self._native_index_built = False
 
     # ---------------------------------------------------------------- the server's
@@ -165,14 +136,14 @@ class CypherBackend(Backend):
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
         """Connect to the database ``url`` names and migrate its schema."""
-        async with closed_on_failure(cls.for_url(url, options)) as backend:
+        async with interface.closed_on_failure(cls.for_url(url, options)) as backend:
             await backend._connect()
             await backend._migrate()
         return backend
 
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
-        async with closing(cls.for_url(url, options)) as backend:
+        async with interface.closing(cls.for_url(url, options)) as backend:
             await backend._connect()
             reader = await backend._schema_reader()
             return await schema.pending_migrations(reader, cls.migrations, backend._where)
@@ -206,16 +177,16 @@ class CypherBackend(Backend):
     async def remove_indexed_key(self, key: str) -> bool:
         return await schema.remove_indexed_key(self._schema_query, key)
 
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> spi.VectorIndexSpec | None:
         return (await schema.read_record(self._read_query)).vector_index
 
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: spi.VectorIndexSpec, *, replace: bool) -> None:
         """Record ``spec`` (see `Backend.declare_vector_index`), then make the graph's
         vector index the recorded one's width and metric: dropped and built again when
         they changed. Stored vectors are never dropped."""
         await self._point_vector_index(spec, replace=replace, build=True)
 
-    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+    async def begin_reembed(self, spec: spi.VectorIndexSpec) -> bool:
         """Point the vector index at ``spec``; True when that dropped it. The new index
         is built after the run (`end_reembed`), once over every new vector: cheaper than
         updating it for each, and FalkorDB's skips nodes whose vectors were replaced
@@ -226,7 +197,7 @@ class CypherBackend(Backend):
         return True
 
     async def _point_vector_index(
-        self, spec: VectorIndexSpec, *, replace: bool, build: bool
+        self, spec: spi.VectorIndexSpec, *, replace: bool, build: bool
     ) -> None:
         self.native_index, self._native_index_built = None, False
         recorded = await schema.record_vector_index(self._schema_query, spec, replace=replace)
@@ -249,22 +220,22 @@ class CypherBackend(Backend):
 
     # ---------------------------------------------------------------- users
 
-    async def put_user(self, user: User) -> None:
+    async def put_user(self, user: spi.User) -> None:
         await self._run(q.PUT_USER, user_parameters(user), write=True)
 
-    async def get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> spi.User | None:
         rows = await self._run(q.GET_USER, {"id": user_id}, write=False)
         return READER.user(rows[0]) if rows else None
 
-    async def stats(self) -> DatabaseStats:
+    async def stats(self) -> interface.DatabaseStats:
         """Counts from the graph; its size is not reported (None)."""
         rows = await self._run(q.DATABASE_STATS, {}, write=False)
         users, sessions, events, messages, vectors = (int(value or 0) for value in rows[0])
-        return DatabaseStats(users, sessions, events, messages, vectors, None)
+        return interface.DatabaseStats(users, sessions, events, messages, vectors, None)
 
     # ---------------------------------------------------------------- sessions
 
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         parameters = session_parameters(new, owner_from_parent=False)
         rows = await self._run(self.queries.insert_session, parameters, write=True)
         ok, existed, missing, parent_found, parent_part_of, parent_owner, _ = rows[0][:7]
@@ -274,7 +245,7 @@ class CypherBackend(Backend):
         decisions.refuse_existing(new.session, if_absent)
         return None
 
-    async def find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: spi.NewSession) -> spi.Session:
         # Writes to a graph run one at a time, so no other part can appear between the
         # look and the insert: every caller settles on the earliest part.
         parameters = session_parameters(new, owner_from_parent=True)
@@ -290,18 +261,18 @@ class CypherBackend(Backend):
         decisions.refuse_existing(new.session, False)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> spi.Session | None:
         rows = await self._run(q.GET_SESSION, {"id": session_id}, write=False)
         return READER.session(rows[0]) if rows else None
 
-    async def update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: spi.SessionChanges) -> spi.Session:
         rows = await self._run(self.queries.update_session, update_parameters(changes), write=True)
         if rows:
             return READER.session(rows[0])
         exists = await self._run(q.SESSION_EXISTS, {"id": changes.session_id}, write=False)
         raise decisions.stale_or_missing(changes.session_id, bool(exists[0][0]))
 
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> spi.Session:
         parameters = {"id": session_id, "title": title, "stamp": stamp}
         rows = await self._run(q.SET_TITLE, parameters, write=True)
         if not rows:
@@ -312,33 +283,33 @@ class CypherBackend(Backend):
         rows = await self._run(q.DELETE_SESSION, {"id": session_id}, write=True)
         return bool(rows)
 
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
+    async def list_sessions(self, page: interface.SessionPage) -> list[spi.Session]:
         query, parameters = _listing(False, page)
         return [READER.session(row) for row in await self._run(query, parameters, write=False)]
 
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+    async def list_summaries(self, page: interface.SessionPage) -> list[spi.SessionSummary]:
         query, parameters = _listing(True, page)
         return [READER.summary(row) for row in await self._run(query, parameters, write=False)]
 
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: spi.SessionFilter) -> int:
         query = q.count(filter.include_parts, filter.kind is not None)
         rows = await self._run(query, {"owner_id": owner_id, "kind": filter.kind}, write=False)
         return int(rows[0][0])
 
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> spi.Session | None:
         parameters = {"part_of": part_of, "held_with": held_with}
         rows = await self._run(q.FIND_PART, parameters, write=False)
         return READER.session(rows[0]) if rows else None
 
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[spi.SessionSummary]:
         rows = await self._run(q.LIST_PARTS, {"part_of": part_of}, write=False)
         return [READER.summary(row) for row in rows]
 
-    async def participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[spi.User]:
         rows = await self._run(q.PARTICIPANTS, {"id": session_id}, write=False)
         return [user for row in rows if (user := READER.user(row)) is not None]
 
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[spi.Session]:
         entry = metadata_entry(name, value)
         rows = await self._run(q.SESSIONS_BY_METADATA, {"entry": entry}, write=False)
         # The index holds digests: the values themselves are compared here.
@@ -355,13 +326,13 @@ class CypherBackend(Backend):
 
     # ---------------------------------------------------------------- the log
 
-    async def append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: spi.PreparedAppend) -> spi.AppendOutcome:
         parameters = append_parameters(append)
         for _ in range(_APPEND_ATTEMPTS):
             rows = await self._run(self.queries.append, parameters, write=True)
             if rows:
                 first_seq = int(rows[0][0]) - len(append.events) + 1
-                return AppendOutcome(
+                return spi.AppendOutcome(
                     applied=True,
                     events=[
                         replace(p.event, seq=first_seq + i) for i, p in enumerate(append.events)
@@ -372,7 +343,9 @@ class CypherBackend(Backend):
                 return refused
         raise StoreError(f"the append to session {append.session_id!r} kept racing; try again")
 
-    async def _refusal(self, append: PreparedAppend, required: list[str]) -> AppendOutcome | None:
+    async def _refusal(
+        self, append: spi.PreparedAppend, required: list[str]
+    ) -> spi.AppendOutcome | None:
         """Why an append wrote nothing, in the order `Backend.append` gives; None when
         nothing is wrong any more (it raced another write)."""
         parameters = {"session_id": append.session_id, "required_users": required}
@@ -382,7 +355,7 @@ class CypherBackend(Backend):
         if missing:
             raise decisions.unknown_users(missing)
         if append.expected_version is not None and version != append.expected_version:
-            return AppendOutcome(applied=False)
+            return spi.AppendOutcome(applied=False)
         ids = [p.event.id for p in append.events]
         rows = await self._run(q.EVENTS_WITH_IDS, {"ids": ids}, write=False)
         if not rows:
@@ -393,7 +366,7 @@ class CypherBackend(Backend):
         rows = await self._run(q.SESSION_VERSION, {"id": session_id}, write=False)
         return int(rows[0][0]) if rows else 0
 
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[spi.Event]:
         if event_filter.last == 0 or event_filter.limit == 0:
             return []
         if event_filter.active_view:
@@ -418,8 +391,8 @@ class CypherBackend(Backend):
     # ---------------------------------------------------------------- embeddings
 
     async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
+        self, model: str, roles: Sequence[spi.Role], after: str | None, limit: int
+    ) -> list[spi.PendingEmbedding]:
         parameters = {
             "model": model,
             "roles": [role.value for role in roles],
@@ -427,9 +400,9 @@ class CypherBackend(Backend):
             "limit": limit,
         }
         rows = await self._run(q.PENDING_PAGE, parameters, write=False)
-        return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
+        return [spi.PendingEmbedding(row[0], row[1], spi.Role(row[2]), row[3]) for row in rows]
 
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[spi.Role]) -> int:
         parameters = {"model": model, "roles": [role.value for role in roles]}
         rows = await self._run(q.COUNT_PENDING, parameters, write=False)
         return int(rows[0][0])
@@ -443,7 +416,7 @@ class CypherBackend(Backend):
         ]
         await self._run(self.queries.set_embeddings, {"model": model, "items": items}, write=True)
 
-    async def vector_search(self, query_: VectorQuery) -> list[SearchHit]:
+    async def vector_search(self, query_: interface.VectorQuery) -> list[spi.SearchHit]:
         vector, metric, model, k = query_.vector, query_.metric, query_.model, query_.k
         owner_id, session_id, roles = (
             query_.scope.owner_id,
@@ -499,14 +472,14 @@ class CypherBackend(Backend):
         hits.sort(key=lambda hit: -hit.score)
         return hits[:k]
 
-    def _vector_hits(self, rows: Rows, metric: Metric) -> list[SearchHit]:
+    def _vector_hits(self, rows: Rows, metric: spi.Metric) -> list[spi.SearchHit]:
         return [
-            SearchHit(message, self.dialect.score(metric, float(row[1])))
+            spi.SearchHit(message, self.dialect.score(metric, float(row[1])))
             for row in rows
-            if row[2] is not None and isinstance(message := READER.event(row, 2), Message)
+            if row[2] is not None and isinstance(message := READER.event(row, 2), spi.Message)
         ]
 
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+    async def text_search(self, query: interface.TextQuery) -> list[spi.SearchHit]:
         terms, k = query.terms, query.k
         owner_id, session_id, roles = (
             query.scope.owner_id,
@@ -524,9 +497,9 @@ class CypherBackend(Backend):
         }
         rows = await self._run(self.queries.text_search(scope), parameters, write=False)
         return [
-            SearchHit(message, float(row[0]))
+            spi.SearchHit(message, float(row[0]))
             for row in rows
-            if isinstance(message := READER.event(row, 1), Message)
+            if isinstance(message := READER.event(row, 1), spi.Message)
         ]
 
 
@@ -543,7 +516,7 @@ def _queries(dialect: CypherDialect) -> q.CypherQueries:
 
 
 def _refuse_session(
-    new: NewSession,
+    new: spi.NewSession,
     existed: bool,
     missing: list[str],
     parent_found: bool,
@@ -559,7 +532,7 @@ def _refuse_session(
     decisions.check_parent(new.session, (parent_owner, parent_part_of) if parent_found else None)
 
 
-def _listing(summaries: bool, page: SessionPage) -> tuple[str, dict[str, Any]]:
+def _listing(summaries: bool, page: interface.SessionPage) -> tuple[str, dict[str, Any]]:
     after, filter = page.after, page.filter
     query = q.listing(
         summaries, page.order, filter.include_parts, filter.kind is not None, after is not None
@@ -612,7 +585,7 @@ def _read_query(session_id: str, f: EventFilter) -> tuple[str, dict[str, Any]]:
     return q.last(conditions, not used, transparent), parameters
 
 
-def _active_view(rows: Rows, event_filter: EventFilter) -> list[Event]:
+def _active_view(rows: Rows, event_filter: EventFilter) -> list[spi.Event]:
     """The view is composed and filtered here, as `filters.active_view` has it, from
     the newest boundary, the events after it and the events it keeps."""
     boundary_seq = int(rows[0][0])

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from convostore.backends import spi
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.dialect import FALKORDB
 from convostore.backends.cypher.schema import IndexInventory, Migration, Run, metric_of
-from convostore.backends.spi import Metric
 
 __all__ = ["INDEX_STATUS", "MIGRATIONS", "SCHEMA_VERSION", "inventory"]
 
@@ -63,5 +63,5 @@ async def inventory(run: Run) -> IndexInventory:
     return IndexInventory(frozenset(keys), all_built, vector_shape, vector_built)
 
 
-def _shape(options: dict[str, Any]) -> tuple[int, Metric]:
+def _shape(options: dict[str, Any]) -> tuple[int, spi.Metric]:
     return int(options.get("dimension", 0)), metric_of(options.get("similarityFunction"))

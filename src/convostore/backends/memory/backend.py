@@ -16,55 +16,26 @@ from typing import Any, Self
 from convostore._json import indexable
 from convostore._text import text_tokens
 from convostore._vectors import as_matrix, top_k
-from convostore.backends import decisions
-from convostore.backends.interface import (
-    Backend,
-    Capabilities,
-    DatabaseStats,
-    SearchScope,
-    SessionPage,
-    TextQuery,
-    VectorQuery,
-)
+from convostore.backends import decisions, interface, spi
 from convostore.backends.memory.indexes import SessionIndexes, SessionRecord, listed
 from convostore.backends.memory.view import LogView
-from convostore.backends.spi import (
-    AppendOutcome,
-    NewSession,
-    PendingEmbedding,
-    PreparedAppend,
-    SessionChanges,
-    VectorIndexSpec,
-)
-from convostore.errors import (
-    InvalidArgumentError,
-)
+from convostore.errors import InvalidArgumentError
 from convostore.filters import EventFilter
-from convostore.model import (
-    COMPACTION,
-    Event,
-    Message,
-    Role,
-    SearchHit,
-    Session,
-    SessionFilter,
-    SessionSummary,
-    User,
-)
+from convostore.model import COMPACTION
 
 __all__ = ["MemoryBackend"]
 
 
-class MemoryBackend(Backend):
+class MemoryBackend(interface.Backend):
     """`memory://`: a database held in this process's memory, one per store."""
 
-    capabilities = Capabilities(persistent=False)
+    capabilities = interface.Capabilities(persistent=False)
 
     def __init__(self) -> None:
         self._indexed_keys: frozenset[str] = frozenset()
-        self._vector_spec: VectorIndexSpec | None = None
+        self._vector_spec: spi.VectorIndexSpec | None = None
         self._lock = threading.RLock()
-        self._users: dict[str, User] = {}
+        self._users: dict[str, spi.User] = {}
         self._sessions: dict[str, SessionRecord] = {}
         self._event_sessions: dict[str, str] = {}
         self._indexes = SessionIndexes()
@@ -86,11 +57,11 @@ class MemoryBackend(Backend):
     async def close(self) -> None:
         return None
 
-    async def stats(self) -> DatabaseStats:
+    async def stats(self) -> interface.DatabaseStats:
         with self._lock:
             events = [event for record in self._sessions.values() for event in record.log]
-            messages = [event for event in events if isinstance(event, Message)]
-            return DatabaseStats(
+            messages = [event for event in events if isinstance(event, spi.Message)]
+            return interface.DatabaseStats(
                 users=len(self._users),
                 sessions=len(self._sessions),
                 events=len(events),
@@ -101,31 +72,31 @@ class MemoryBackend(Backend):
 
     # ---------------------------------------------------------------- users
 
-    async def put_user(self, user: User) -> None:
+    async def put_user(self, user: spi.User) -> None:
         with self._lock:
             self._users[user.id] = user
 
-    async def get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> spi.User | None:
         with self._lock:
             return self._users.get(user_id)
 
-    def _check_users(self, users: tuple[User, ...], required: tuple[str, ...]) -> None:
+    def _check_users(self, users: tuple[spi.User, ...], required: tuple[str, ...]) -> None:
         unconfirmed = decisions.unconfirmed_users(users, required)
         missing = [user_id for user_id in unconfirmed if user_id not in self._users]
         if missing:
             raise decisions.unknown_users(missing)
 
-    def _insert_users(self, users: tuple[User, ...]) -> None:
+    def _insert_users(self, users: tuple[spi.User, ...]) -> None:
         for user in users:
             self._users.setdefault(user.id, user)
 
     # ---------------------------------------------------------------- sessions
 
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         with self._lock:
             return self._insert(new, if_absent=if_absent)
 
-    def _insert(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    def _insert(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         session = new.session
         if session.id in self._sessions:
             decisions.refuse_existing(session, if_absent)
@@ -140,7 +111,7 @@ class MemoryBackend(Backend):
         self._indexes.add(session)
         return session
 
-    async def find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: spi.NewSession) -> spi.Session:
         with self._lock:
             part_of, held_with = new.session.part_of, new.session.held_with
             assert part_of is not None
@@ -156,12 +127,12 @@ class MemoryBackend(Backend):
             assert inserted is not None
             return inserted
 
-    async def get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> spi.Session | None:
         with self._lock:
             record = self._sessions.get(session_id)
             return None if record is None else record.session
 
-    async def update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: spi.SessionChanges) -> spi.Session:
         with self._lock:
             record = self._record(changes.session_id)
             if record.session.stamp != changes.expected_stamp:
@@ -175,7 +146,7 @@ class MemoryBackend(Backend):
             )
             return record.session
 
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> spi.Session:
         with self._lock:
             record = self._record(session_id)
             record.session = replace(record.session, title=title, stamp=stamp)
@@ -195,15 +166,15 @@ class MemoryBackend(Backend):
         for part_id in self._indexes.remove(record.session):
             self._delete(part_id)
 
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
+    async def list_sessions(self, page: interface.SessionPage) -> list[spi.Session]:
         with self._lock:
             return [r.session for r in self._owner_records(page)]
 
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+    async def list_summaries(self, page: interface.SessionPage) -> list[spi.SessionSummary]:
         with self._lock:
             return [self._summary(r) for r in self._owner_records(page)]
 
-    def _owner_records(self, page: SessionPage) -> list[SessionRecord]:
+    def _owner_records(self, page: interface.SessionPage) -> list[SessionRecord]:
         """Newest first from the cursor on, walking the owner's index: a page costs its
         own rows (and the rows the filter passes over), wherever it starts."""
         records: list[SessionRecord] = []
@@ -215,15 +186,15 @@ class MemoryBackend(Backend):
                     break
         return records
 
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: spi.SessionFilter) -> int:
         with self._lock:
             return self._indexes.count(owner_id, filter)
 
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> spi.Session | None:
         with self._lock:
             return self._find(part_of, held_with)
 
-    def _find(self, part_of: str, held_with: str) -> Session | None:
+    def _find(self, part_of: str, held_with: str) -> spi.Session | None:
         # Parts are kept in id order, so the first match is the earliest.
         for part_id in self._indexes.parts(part_of):
             part = self._sessions[part_id].session
@@ -231,20 +202,20 @@ class MemoryBackend(Backend):
                 return part
         return None
 
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[spi.SessionSummary]:
         with self._lock:
             return [self._summary(self._sessions[i]) for i in self._indexes.parts(part_of)]
 
-    def _summary(self, record: SessionRecord) -> SessionSummary:
+    def _summary(self, record: SessionRecord) -> spi.SessionSummary:
         owner_id = record.session.owner_id
-        return SessionSummary(
+        return spi.SessionSummary(
             session=record.session,
             owner=None if owner_id is None else self._users.get(owner_id),
             message_count=record.message_count,
             started_by=None if record.started_by is None else self._users.get(record.started_by),
         )
 
-    async def participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[spi.User]:
         with self._lock:
             record = self._sessions.get(session_id)
             if record is None:
@@ -267,7 +238,7 @@ class MemoryBackend(Backend):
             self._indexed_keys -= {key}
             return indexed
 
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[spi.Session]:
         with self._lock:
             if name not in self._indexed_keys:
                 return []
@@ -295,13 +266,13 @@ class MemoryBackend(Backend):
 
     # ---------------------------------------------------------------- the log
 
-    async def append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: spi.PreparedAppend) -> spi.AppendOutcome:
         with self._lock:
             record = self._record(append.session_id)
             self._check_users(append.users_to_insert, append.required_user_ids)
             session = record.session
             if append.expected_version is not None and session.version != append.expected_version:
-                return AppendOutcome(applied=False)
+                return spi.AppendOutcome(applied=False)
             stored = [
                 self._stored_event(owner, prepared.event.id)
                 for prepared in append.events
@@ -310,11 +281,11 @@ class MemoryBackend(Backend):
             if stored:
                 return decisions.replay_or_conflict(append, stored)
             self._insert_users(append.users_to_insert)
-            events: list[Event] = []
+            events: list[spi.Event] = []
             for offset, prepared in enumerate(append.events, start=1):
                 event = replace(prepared.event, seq=len(record.log) + offset)
                 events.append(event)
-                if isinstance(event, Message) and event.author_id is not None:
+                if isinstance(event, spi.Message) and event.author_id is not None:
                     record.participants.setdefault(event.author_id, None)
             for event in events:
                 record.positions[event.id] = len(record.log)
@@ -335,14 +306,14 @@ class MemoryBackend(Backend):
                 stamp=append.new_stamp,
             )
             self._indexes.moved(session, record.session)
-            return AppendOutcome(applied=True, events=events)
+            return spi.AppendOutcome(applied=True, events=events)
 
     async def version(self, session_id: str) -> int:
         with self._lock:
             record = self._sessions.get(session_id)
             return 0 if record is None else record.session.version
 
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[spi.Event]:
         with self._lock:
             record = self._sessions.get(session_id)
             if record is None:
@@ -361,7 +332,7 @@ class MemoryBackend(Backend):
             if index is None:
                 return False
             event = record.log[index]
-            if not isinstance(event, Message):
+            if not isinstance(event, spi.Message):
                 return False
             record.log[index] = replace(event, narration=text, stamp=stamp)
             return True
@@ -372,29 +343,29 @@ class MemoryBackend(Backend):
             raise decisions.missing_session(session_id)
         return record
 
-    def _stored_event(self, session_id: str, event_id: str) -> Event:
+    def _stored_event(self, session_id: str, event_id: str) -> spi.Event:
         record = self._sessions[session_id]
         return record.log[record.positions[event_id]]
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> spi.VectorIndexSpec | None:
         return self._vector_spec
 
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: spi.VectorIndexSpec, *, replace: bool) -> None:
         with self._lock:
             if replace or self._vector_spec is None:
                 self._vector_spec = spec
 
-    def _messages(self) -> list[Message]:
+    def _messages(self) -> list[spi.Message]:
         return [
             event
             for record in self._sessions.values()
             for event in record.log
-            if isinstance(event, Message)
+            if isinstance(event, spi.Message)
         ]
 
-    def _pending(self, model: str, roles: Sequence[Role]) -> list[Message]:
+    def _pending(self, model: str, roles: Sequence[spi.Role]) -> list[spi.Message]:
         return sorted(
             (
                 m
@@ -405,15 +376,15 @@ class MemoryBackend(Backend):
         )
 
     async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
+        self, model: str, roles: Sequence[spi.Role], after: str | None, limit: int
+    ) -> list[spi.PendingEmbedding]:
         with self._lock:
             pending = [m for m in self._pending(model, roles) if after is None or m.id > after]
             return [
-                PendingEmbedding(m.id, m.session_id, m.role, m.content) for m in pending[:limit]
+                spi.PendingEmbedding(m.id, m.session_id, m.role, m.content) for m in pending[:limit]
             ]
 
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[spi.Role]) -> int:
         with self._lock:
             return len(self._pending(model, roles))
 
@@ -428,22 +399,22 @@ class MemoryBackend(Backend):
                 record = self._sessions[session_id]
                 index = record.positions[message_id]
                 event = record.log[index]
-                if isinstance(event, Message):
+                if isinstance(event, spi.Message):
                     record.log[index] = replace(
                         event, embedding=vector, embedding_model=model, stamp=stamp
                     )
 
-    def _searchable(self, scope: SearchScope) -> list[Message]:
+    def _searchable(self, scope: interface.SearchScope) -> list[spi.Message]:
         return [
             event
             for record in self._sessions.values()
             if (scope.owner_id is None or record.session.owner_id == scope.owner_id)
             and (scope.session_id is None or record.session.id == scope.session_id)
             for event in record.log
-            if isinstance(event, Message) and (scope.roles is None or event.role in scope.roles)
+            if isinstance(event, spi.Message) and (scope.roles is None or event.role in scope.roles)
         ]
 
-    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+    async def vector_search(self, query: interface.VectorQuery) -> list[spi.SearchHit]:
         width = len(query.vector)
         with self._lock:
             candidates = [
@@ -455,18 +426,18 @@ class MemoryBackend(Backend):
             ]
         matrix = as_matrix([m.embedding or () for m in candidates], width)
         ranked = top_k(query.vector, matrix, query.metric, query.k)
-        return [SearchHit(candidates[row], score) for row, score in ranked]
+        return [spi.SearchHit(candidates[row], score) for row, score in ranked]
 
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+    async def text_search(self, query: interface.TextQuery) -> list[spi.SearchHit]:
         with self._lock:
             candidates = self._searchable(query.scope)
-        hits: list[SearchHit] = []
+        hits: list[spi.SearchHit] = []
         for message in candidates:
             tokens = text_tokens(message.content)
             if not tokens or not all(term in tokens for term in query.terms):
                 continue
             # Term frequency damped by length: shorter, denser matches rank higher.
             frequency = sum(tokens.count(term) for term in query.terms)
-            hits.append(SearchHit(message, frequency / math.sqrt(len(tokens))))
+            hits.append(spi.SearchHit(message, frequency / math.sqrt(len(tokens))))
         hits.sort(key=lambda hit: (-hit.score, hit.message.id))
         return hits[: query.k]

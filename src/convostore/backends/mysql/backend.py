@@ -12,7 +12,7 @@ from typing import Any, Self
 
 from asyncmy.pool import Pool
 
-from convostore.backends.interface import Capabilities
+from convostore.backends import interface
 from convostore.backends.mysql import native_vectors, vector_feed
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
@@ -75,7 +75,9 @@ class MySQLBackend(GenericSQLBackend[Connection]):
         self.target = target
         self.retries = target.deadlock_retries
         self.facts = ServerFacts("mariadb", (), "utf8mb4_nopad_bin")
-        self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
+        self.capabilities = interface.Capabilities(
+            persistent=True, full_text_index=True, cross_process=True
+        )
         self.vectors = vector_feed.FeedVectors(target)
         self.node = target.nodes[0]
         self._pool: Pool | None = None

@@ -46,7 +46,7 @@ import numpy as np
 from asyncmy import errors
 
 from convostore._vectors import best, from_blobs, scores
-from convostore.backends.interface import VectorQuery
+from convostore.backends import spi
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql import vector_feed
 from convostore.backends.mysql.connection import (
@@ -61,7 +61,6 @@ from convostore.backends.mysql.connection import (
 )
 from convostore.backends.mysql.schema import migration_lock
 from convostore.backends.mysql.url import MySQLTarget
-from convostore.backends.spi import Metric, VectorIndexSpec
 from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import drive
 from convostore.backends.sql.embeddings import SELECT_VECTOR_INDEX
@@ -95,8 +94,8 @@ GRAPH_M: Final = 16
 EF_SEARCH: Final = 100
 # The MariaDB names of each metric: the index's DISTANCE and the function its ORDER BY
 # must use for the index to serve it.
-_DISTANCE: Final[dict[Metric, str]] = {"cosine": "cosine", "euclidean": "euclidean"}
-_DISTANCE_FUNCTION: Final[dict[Metric, str]] = {
+_DISTANCE: Final[dict[spi.Metric, str]] = {"cosine": "cosine", "euclidean": "euclidean"}
+_DISTANCE_FUNCTION: Final[dict[spi.Metric, str]] = {
     "cosine": "VEC_DISTANCE_COSINE",
     "euclidean": "VEC_DISTANCE_EUCLIDEAN",
 }
@@ -176,7 +175,7 @@ _OWNER = " AND s.owner_id = %(owner_id)s"
 _ROLES = " AND JSON_CONTAINS(%(roles)s, JSON_QUOTE(e.role))"
 
 
-def search_sql(metric: Metric, owner: bool, roles: bool, ef_search: int) -> str:
+def search_sql(metric: spi.Metric, owner: bool, roles: bool, ef_search: int) -> str:
     """The k rows in scope nearest the query among the graph's ``candidates`` nearest,
     with their stored vectors. The graph is read alone, in a derived table that drives
     the join (joined directly, the optimizer starts from ``events`` or the owner's
@@ -210,7 +209,7 @@ async def _unless_unbuilt(run: Awaitable[T]) -> T | None:
 # ---------------------------------------------------------------------------- building
 
 
-async def build_graph(connection: Connection, spec: VectorIndexSpec, graph_m: int) -> bool:
+async def build_graph(connection: Connection, spec: spi.VectorIndexSpec, graph_m: int) -> bool:
     """Make ``native_vectors`` hold ``spec``'s vectors in a graph of ``graph_m``
     neighbours per node (the caller holds the migration lock); nothing when it already
     does. True when it was (re)built."""
@@ -236,7 +235,7 @@ async def drop(connection: Connection) -> None:
 
 
 async def create_table(
-    connection: Connection, spec: VectorIndexSpec, graph_m: int, exists: bool
+    connection: Connection, spec: spi.VectorIndexSpec, graph_m: int, exists: bool
 ) -> None:
     """The state cleared and the graph's table made anew, empty."""
     await execute(connection, CLEAR_STATE)
@@ -259,15 +258,15 @@ async def guard(connection: Connection) -> None:
     await fetch_one(connection, GUARD)
 
 
-def _spec(row: Sequence[Any]) -> VectorIndexSpec:
-    return VectorIndexSpec(int(row[0]), row[1], row[2])
+def _spec(row: Sequence[Any]) -> spi.VectorIndexSpec:
+    return spi.VectorIndexSpec(int(row[0]), row[1], row[2])
 
 
 # ---------------------------------------------------------------------------- searching
 
 
 async def search(
-    connection: Connection, query: VectorQuery, ef_search: int = EF_SEARCH
+    connection: Connection, query: spi.VectorQuery, ef_search: int = EF_SEARCH
 ) -> list[tuple[int, float]] | None:
     """The k best (row id, score) by the graph, walked with ``ef_search`` candidates,
     scored as the exact scan scores; None when the graph cannot answer this query (the
@@ -276,7 +275,7 @@ async def search(
     if query.model is None or scope.session_id is not None or not any(query.vector):
         return None
     state = await fetch_one(connection, SELECT_STATE)
-    if state is None or _spec(state) != VectorIndexSpec(
+    if state is None or _spec(state) != spi.VectorIndexSpec(
         len(query.vector), query.metric, query.model
     ):
         return None
@@ -395,7 +394,7 @@ class GraphVectors(vector_feed.FeedVectors):
                     error.args[1] if len(error.args) > 1 else error,
                 )
 
-    async def search(self, connection: Connection, query: VectorQuery) -> list[SearchHit]:
+    async def search(self, connection: Connection, query: spi.VectorQuery) -> list[SearchHit]:
         if not self.native:
             return await super().search(connection, query)
         async with snapshot(connection):

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 from convostore._text import text_tokens
 from convostore._time import to_micros
+from convostore.backends import spi
 from convostore.backends.mysql.schema import TOKEN_PREFIX, VALUE_PREFIX_LENGTH
-from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.appends import append_statements
 from convostore.backends.sql.decisions import MAX_INTEGER
 from convostore.backends.sql.dialect import Dialect
@@ -175,7 +175,7 @@ def fulltext_query(terms: tuple[str, ...]) -> str | None:
     return " ".join(f"+{token}" for token in tokens if token is not None)
 
 
-def event_row(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
+def event_row(prepared: spi.PreparedEvent, seq: int) -> tuple[Any, ...]:
     """An event's parameters in ``EVENT_INSERT_FIELDS`` order: the shared values
     (`convostore.backends.sql.values`), then the folded content the text filter
     searches and the words of the FULLTEXT index."""
@@ -187,7 +187,7 @@ def event_row(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
     return event_values(prepared, seq) + extra
 
 
-def new_session_row(new: NewSession) -> tuple[Any, ...]:
+def new_session_row(new: spi.NewSession) -> tuple[Any, ...]:
     """A new session's parameters in ``SESSION_INSERT_FIELDS`` order."""
     return (*session_values(new), 1 if new.session.part_of is not None else 0)
 

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
-from convostore.backends.interface import VectorQuery
+from convostore.backends import spi
 from convostore.backends.mysql import statements as sql
 from convostore.backends.mysql.connection import (
     DRIVER,
@@ -54,7 +54,6 @@ from convostore.backends.mysql.connection import (
     snapshot,
 )
 from convostore.backends.mysql.url import MySQLTarget
-from convostore.backends.spi import AppendOutcome, PreparedAppend
 from convostore.backends.sql import search as steps
 from convostore.backends.sql.aio import drive
 from convostore.backends.sql.values import json_list
@@ -226,10 +225,10 @@ class FeedVectors:
         self.cache = VectorCache() if target.vector_search != "scan" else None
 
     async def append(
-        self, connection: Connection, prepared: PreparedAppend, write: Callable[..., Any]
-    ) -> AppendOutcome:
+        self, connection: Connection, prepared: spi.PreparedAppend, write: Callable[..., Any]
+    ) -> spi.AppendOutcome:
         """``write(connection, prepared)``, then the vectors it added kept."""
-        outcome: AppendOutcome = await write(connection, prepared)
+        outcome: spi.AppendOutcome = await write(connection, prepared)
         if outcome.applied and (ids := prepared.embedded_message_ids):
             await self._added(connection, ids)
         return outcome
@@ -273,7 +272,7 @@ class FeedVectors:
         """After a vector index was declared (``replace``: anew; ``reembedding``: before
         a re-embedding run): nothing is built here."""
 
-    async def search(self, connection: Connection, query: VectorQuery) -> list[SearchHit]:
+    async def search(self, connection: Connection, query: spi.VectorQuery) -> list[SearchHit]:
         """The hits of ``query``, in one read snapshot."""
         cache, shortlisted = self.cache, None
         async with contextlib.AsyncExitStack() as turn:
@@ -299,7 +298,7 @@ class FeedVectors:
 
 
 async def scan(
-    connection: Connection, query: VectorQuery, shortlisted: Rowids | None = None
+    connection: Connection, query: spi.VectorQuery, shortlisted: Rowids | None = None
 ) -> list[SearchHit]:
     """The exact search (`convostore.backends.sql.search`) of every vector in scope, or
     of the ``shortlisted`` rows only."""

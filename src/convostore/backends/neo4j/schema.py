@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from convostore.backends import spi
 from convostore.backends.cypher import queries as q
 from convostore.backends.cypher.schema import IndexInventory, Migration, Run, metric_of
 from convostore.backends.neo4j.dialect import FULLTEXT_INDEX, NEO4J, VECTOR_INDEX
-from convostore.backends.spi import Metric
 
 __all__ = [
     "AWAIT_INDEXES",
@@ -74,6 +74,6 @@ async def inventory(run: Run) -> IndexInventory:
     return IndexInventory(frozenset(names), all_built, vector_shape, vector_built)
 
 
-def _shape(config: dict[str, Any]) -> tuple[int, Metric]:
+def _shape(config: dict[str, Any]) -> tuple[int, spi.Metric]:
     dimensions = int(config.get("vector.dimensions", 0))
     return dimensions, metric_of(config.get("vector.similarity_function"))

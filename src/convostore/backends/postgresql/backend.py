@@ -10,13 +10,7 @@ from typing import Any, Self
 
 from psycopg_pool import AsyncConnectionPool
 
-from convostore.backends.interface import (
-    Capabilities,
-    TextQuery,
-    VectorQuery,
-    closed_on_failure,
-    closing,
-)
+from convostore.backends import interface, spi
 from convostore.backends.postgresql import search
 from convostore.backends.postgresql import statements as sql
 from convostore.backends.postgresql.connection import (
@@ -44,23 +38,10 @@ from convostore.backends.postgresql.schema import (
     search_path,
 )
 from convostore.backends.postgresql.url import PostgreSQLTarget, parse_postgresql_url
-from convostore.backends.spi import (
-    AppendOutcome,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-    VectorIndexSpec,
-)
 from convostore.backends.sql.aio import AsyncSQLBackend
 from convostore.backends.urls import target_of
 from convostore.errors import BackendUnavailableError
 from convostore.filters import EventFilter
-from convostore.model import (
-    Event,
-    SearchHit,
-    Session,
-    User,
-)
 
 __all__ = ["PostgreSQLBackend"]
 
@@ -88,7 +69,9 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
     def __init__(self, target: PostgreSQLTarget) -> None:
         self.target = target
         self.facts = ServerFacts(vector_schema=None, vector_version=(), text_collation=None)
-        self.capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
+        self.capabilities = interface.Capabilities(
+            persistent=True, full_text_index=True, cross_process=True
+        )
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._where = target.where
         self._schema_lock = (TAKE_SCHEMA_LOCK, (ADVISORY_LOCK_CLASS, target.schema))
@@ -102,7 +85,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         backend = cls(target_of(parse_postgresql_url, url, options, "PostgreSQL"))
         target = backend.target
         with DRIVER.translated(target.where):
-            async with closing(await open_connection(target)) as connection:
+            async with interface.closing(await open_connection(target)) as connection:
                 facts = await prepare_database(connection, target.schema, target.where)
         backend.facts = facts
         backend.capabilities = replace(
@@ -116,7 +99,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         )
         pool = open_pool(target, settings)
         backend._pool = pool
-        async with closed_on_failure(pool):
+        async with interface.closed_on_failure(pool):
             with DRIVER.translated(target.where):
                 await pool.open(wait=True, timeout=target.pool_timeout)
         return backend
@@ -125,7 +108,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
         target = target_of(parse_postgresql_url, url, options, "PostgreSQL")
         with DRIVER.translated(target.where):
-            async with closing(await open_connection(target)) as connection:
+            async with interface.closing(await open_connection(target)) as connection:
                 return await read_pending_migrations(connection, target.schema, target.where)
 
     async def close(self) -> None:
@@ -158,31 +141,31 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
 
     # ---------------------------------------------------------------- users
 
-    async def put_user(self, user: User) -> None:
+    async def put_user(self, user: spi.User) -> None:
         await self._run(put_user, user)
 
     # ---------------------------------------------------------------- sessions
 
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         return await self._run(insert_session, new, if_absent)
 
-    async def find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: spi.NewSession) -> spi.Session:
         return await self._run(find_or_insert_part, new)
 
-    async def update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: spi.SessionChanges) -> spi.Session:
         return await self._run(update_session, changes)
 
     # ---------------------------------------------------------------- the log
 
-    async def append(self, append_: PreparedAppend) -> AppendOutcome:
+    async def append(self, append_: spi.PreparedAppend) -> spi.AppendOutcome:
         return await self._run(append, append_)
 
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[spi.Event]:
         return await self._run(read_events, session_id, event_filter, self.facts.text_collation)
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: spi.VectorIndexSpec, *, replace: bool) -> None:
         if self.facts.vector_schema is None:
             log.warning(
                 "%s: pgvector is not installed in this database; vector search is "
@@ -191,7 +174,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
             )
         await self._declare(spec, replace=replace, build=True)
 
-    async def _declare(self, spec: VectorIndexSpec, *, replace: bool, build: bool) -> None:
+    async def _declare(self, spec: spi.VectorIndexSpec, *, replace: bool, build: bool) -> None:
         await self._run(
             search.declare_vector_index,
             self.target.schema,
@@ -201,7 +184,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
             lock=self._schema_lock,
         )
 
-    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+    async def begin_reembed(self, spec: spi.VectorIndexSpec) -> bool:
         """Point the vector index at ``spec``; True when that recreated it. A new index
         is built after the run (`end_reembed`), over every vector at once, rather than
         one insert at a time during it."""
@@ -210,7 +193,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
         await self._declare(spec, replace=True, build=False)
         return True
 
-    async def end_reembed(self, spec: VectorIndexSpec) -> None:
+    async def end_reembed(self, spec: spi.VectorIndexSpec) -> None:
         await self._declare(spec, replace=False, build=True)
 
     async def set_embeddings(
@@ -218,7 +201,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
     ) -> None:
         await self._run(search.set_embeddings, model, vectors, stamp)
 
-    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+    async def vector_search(self, query: interface.VectorQuery) -> list[spi.SearchHit]:
         if self.facts.vector_schema is None:
             raise BackendUnavailableError(
                 f"{self._where}: vector search needs the PostgreSQL extension 'vector' "
@@ -230,7 +213,7 @@ class PostgreSQLBackend(AsyncSQLBackend[Connection]):
             search.vector_search, query.vector, query.metric, query.model, query.k, scope
         )
 
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+    async def text_search(self, query: interface.TextQuery) -> list[spi.SearchHit]:
         scope = (query.scope.owner_id, query.scope.session_id, query.scope.roles)
         return await self._run(search.text_search, query.terms, query.k, scope)
 

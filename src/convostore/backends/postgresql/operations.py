@@ -23,7 +23,6 @@ from convostore.backends.postgresql.rows import (
     user_values,
     users_json,
 )
-from convostore.backends.spi import AppendOutcome, NewSession, PreparedAppend, SessionChanges
 from convostore.backends.sql.decisions import (
     check_parent,
     event_conditions,
@@ -99,7 +98,7 @@ def _entries(pairs: tuple[tuple[str, str], ...]) -> dict[str, list[str]]:
 
 
 async def insert_session(
-    connection: Connection, new: NewSession, if_absent: bool
+    connection: Connection, new: spi.NewSession, if_absent: bool
 ) -> Session | None:
     """One statement: see `statements.LOCK_INDEXED_KEYS` for how it keeps the metadata
     index whole while keys are added and dropped."""
@@ -107,7 +106,7 @@ async def insert_session(
     return _inserted(new, row, if_absent)
 
 
-def _insert_parameters(new: NewSession) -> dict[str, Any]:
+def _insert_parameters(new: spi.NewSession) -> dict[str, Any]:
     return {
         **dict(zip(spi.SESSION_COLUMNS, spi.session_values(new), strict=True)),
         "stamp": new.session.stamp,
@@ -117,7 +116,7 @@ def _insert_parameters(new: NewSession) -> dict[str, Any]:
     }
 
 
-def _inserted(new: NewSession, row: Any, if_absent: bool) -> Session | None:
+def _inserted(new: spi.NewSession, row: Any, if_absent: bool) -> Session | None:
     """The session ``INSERT_SESSION`` inserted, or why it did not."""
     session = new.session
     inserted, existed, missing, parent_found, parent_part_of, parent_owner = row
@@ -133,7 +132,7 @@ def _inserted(new: NewSession, row: Any, if_absent: bool) -> Session | None:
     return None
 
 
-async def find_or_insert_part(connection: Connection, new: NewSession) -> Session:
+async def find_or_insert_part(connection: Connection, new: spi.NewSession) -> Session:
     """Under the parent's row lock no other part can appear between the look and the
     insert, so every caller settles on the earliest part."""
     session = new.session
@@ -156,7 +155,7 @@ async def find_or_insert_part(connection: Connection, new: NewSession) -> Sessio
         return inserted
 
 
-async def update_session(connection: Connection, changes: SessionChanges) -> Session:
+async def update_session(connection: Connection, changes: spi.SessionChanges) -> Session:
     row = await fetch_one(
         connection,
         sql.UPDATE_SESSION,
@@ -182,7 +181,7 @@ async def update_session(connection: Connection, changes: SessionChanges) -> Ses
 # ---------------------------------------------------------------------------- the log
 
 
-async def append(connection: Connection, prepared: PreparedAppend) -> AppendOutcome:
+async def append(connection: Connection, prepared: spi.PreparedAppend) -> spi.AppendOutcome:
     """The checks in the order `Backend.append` gives, in one statement in the common
     case; whatever it refuses leaves nothing written, since it is one statement."""
     events = prepared.events
@@ -211,7 +210,7 @@ async def append(connection: Connection, prepared: PreparedAppend) -> AppendOutc
             continue  # The stored event is gone again (its session deleted): retry.
         if row is not None:
             first_seq = int(row[0]) - len(events) + 1
-            return AppendOutcome(
+            return spi.AppendOutcome(
                 applied=True,
                 events=[replace(p.event, seq=first_seq + i) for i, p in enumerate(events)],
             )
@@ -222,8 +221,8 @@ async def append(connection: Connection, prepared: PreparedAppend) -> AppendOutc
 
 
 async def _refusal(
-    connection: Connection, prepared: PreparedAppend, required: list[str]
-) -> AppendOutcome | None:
+    connection: Connection, prepared: spi.PreparedAppend, required: list[str]
+) -> spi.AppendOutcome | None:
     """Why an append moved nothing: an error, a batch for another version, or None when
     nothing is wrong any more (it raced a session or a user being created)."""
     version, missing = await fetch_one(
@@ -236,13 +235,13 @@ async def _refusal(
     if missing:
         raise unknown_users(missing)
     if prepared.expected_version is not None and version != prepared.expected_version:
-        return AppendOutcome(applied=False)
+        return spi.AppendOutcome(applied=False)
     return None
 
 
 async def _stored_id_outcome(
-    connection: Connection, prepared: PreparedAppend
-) -> AppendOutcome | None:
+    connection: Connection, prepared: spi.PreparedAppend
+) -> spi.AppendOutcome | None:
     """An event id is stored already: a retried append or `EventIdConflictError` (see
     `replay_or_conflict`). None when the stored event is gone by now."""
     ids = [p.event.id for p in prepared.events]

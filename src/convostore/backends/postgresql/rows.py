@@ -11,7 +11,6 @@ from typing import Any, Final
 
 from convostore._text import text_tokens
 from convostore.backends import spi
-from convostore.backends.spi import PreparedEvent
 from convostore.backends.sql.rows import RowReader, user_values
 from convostore.model import Message, User
 
@@ -93,7 +92,7 @@ def tsquery(terms: Sequence[str]) -> str | None:
     return " & ".join(_lexeme(term) for term in terms)
 
 
-def events_json(events: Sequence[PreparedEvent]) -> str:
+def events_json(events: Sequence[spi.PreparedEvent]) -> str:
     """The JSON document `statements.APPEND` reads the events from, in order: one object
     per event, keyed by column (`statements.APPENDED_FIELDS`). JSON columns travel as
     their text, so they are stored exactly as encoded; a vector as array text."""

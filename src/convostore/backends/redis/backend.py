@@ -23,31 +23,12 @@ from typing import Any, Final, Self
 
 from convostore._json import index_value
 from convostore._vectors import from_blobs, top_k
-from convostore.backends import decisions
-from convostore.backends.interface import (
-    Backend,
-    Capabilities,
-    DatabaseStats,
-    SessionPage,
-    closed_on_failure,
-    closing,
-)
+from convostore.backends import decisions, interface, spi
 from convostore.backends.migrations import refuse_newer
 from convostore.backends.redis import codec
 from convostore.backends.redis.functions import function
 from convostore.backends.redis.nodes import Nodes
 from convostore.backends.redis.url import RedisTarget, parse_redis_url
-from convostore.backends.spi import (
-    AppendOutcome,
-    NewSession,
-    PendingEmbedding,
-    PreparedAppend,
-    SearchScope,
-    SessionChanges,
-    TextQuery,
-    VectorIndexSpec,
-    VectorQuery,
-)
 from convostore.backends.sql.values import vector_blob
 from convostore.backends.sql.vector_cache import (
     Changes,
@@ -58,27 +39,13 @@ from convostore.backends.sql.vector_cache import (
     VectorRow,
 )
 from convostore.backends.urls import target_of
-from convostore.errors import (
-    EventIdConflictError,
-    StoreError,
-)
+from convostore.errors import EventIdConflictError, StoreError
 from convostore.filters import (
     EventFilter,
     apply_filter,
     compaction_parts,
     compose_view,
     is_turn_start,
-)
-from convostore.model import (
-    Event,
-    Message,
-    Role,
-    SearchHit,
-    Session,
-    SessionFilter,
-    SessionOrder,
-    SessionSummary,
-    User,
 )
 
 __all__ = ["RedisBackend"]
@@ -108,10 +75,10 @@ def _candidates(k: int) -> int:
     return max(2 * k, k + 32)
 
 
-class RedisBackend(Backend):
+class RedisBackend(interface.Backend):
     """One namespace of a Redis or Valkey server or cluster (see the module)."""
 
-    capabilities = Capabilities(persistent=True, full_text_index=True, cross_process=True)
+    capabilities = interface.Capabilities(persistent=True, full_text_index=True, cross_process=True)
 
     def __init__(self, target: RedisTarget) -> None:
         self.target = target
@@ -141,7 +108,7 @@ class RedisBackend(Backend):
         """Connect to the namespace ``url`` names (see `parse_redis_url`), load the
         functions and record the database's bucket count on first use."""
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
-        async with closed_on_failure(backend):
+        async with interface.closed_on_failure(backend):
             await backend.nodes.connect()
             if not await backend._read_meta():
                 await backend.nodes.call(
@@ -166,7 +133,7 @@ class RedisBackend(Backend):
     @classmethod
     async def pending_migrations(cls, url: str, **options: Any) -> list[str]:
         backend = cls(target_of(parse_redis_url, url, options, "Redis"))
-        async with closing(backend):
+        async with interface.closing(backend):
             await backend.nodes.connect()
             [schema] = await backend.nodes.call(
                 backend._meta, [("HGET", backend._meta, "schema")], write=False
@@ -264,19 +231,19 @@ class RedisBackend(Backend):
     def _user_key(self, user_id: str) -> bytes:
         return self._prefix(self._bucket(user_id)) + b"users"
 
-    async def put_user(self, user: User) -> None:
+    async def put_user(self, user: spi.User) -> None:
         bucket = self._bucket(user.id)
         await self._fcall(
             bucket, "put_users", "replace", user.id, codec.user_document(user), write=True
         )
         self._known_users.add(user.id)
 
-    async def get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> spi.User | None:
         key = self._user_key(user_id)
         [document] = await self.nodes.call(key, [("HGET", key, user_id)], write=False)
         return codec.read_user(document)
 
-    async def _users(self, user_ids: Iterable[str]) -> dict[str, User]:
+    async def _users(self, user_ids: Iterable[str]) -> dict[str, spi.User]:
         ids = list(dict.fromkeys(user_ids))
         if not ids:
             return {}
@@ -289,7 +256,7 @@ class RedisBackend(Backend):
             if (user := codec.read_user(reply))
         }
 
-    async def _missing_users(self, users: Sequence[User], required: Sequence[str]) -> list[str]:
+    async def _missing_users(self, users: Sequence[spi.User], required: Sequence[str]) -> list[str]:
         given = {user.id for user in users}
         wanted = [i for i in required if i not in given and i not in self._known_users]
         if not wanted:
@@ -306,7 +273,7 @@ class RedisBackend(Backend):
                 missing.append(user_id)
         return missing
 
-    async def _insert_users(self, users: Sequence[User]) -> None:
+    async def _insert_users(self, users: Sequence[spi.User]) -> None:
         by_bucket: dict[int, list[Any]] = {}
         for user in users:
             if user.id not in self._known_users:
@@ -327,7 +294,7 @@ class RedisBackend(Backend):
 
     # ---------------------------------------------------------------- sessions
 
-    async def stats(self) -> DatabaseStats:
+    async def stats(self) -> interface.DatabaseStats:
         """Counts summed over the buckets (each bucket's counts are one snapshot; the
         sum is not)."""
         totals = [0, 0, 0, 0, 0]
@@ -335,9 +302,9 @@ class RedisBackend(Backend):
             for index, value in enumerate(reply):
                 totals[index] += int(value)
         users, sessions, events, messages, vectors = totals
-        return DatabaseStats(users, sessions, events, messages, vectors, None)
+        return interface.DatabaseStats(users, sessions, events, messages, vectors, None)
 
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         session = new.session
         bucket = self._bucket(session.owner_id)
         header: dict[str, Any] = {
@@ -373,7 +340,7 @@ class RedisBackend(Backend):
         await self._insert_users(new.users_to_insert)
         return codec.read_session(reply[1])
 
-    async def find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: spi.NewSession) -> spi.Session:
         part_of = new.session.part_of
         assert part_of is not None
         bucket = await self._locate(part_of)
@@ -396,7 +363,7 @@ class RedisBackend(Backend):
         await self._insert_users(new.users_to_insert)
         return codec.read_session(reply[1])
 
-    async def get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> spi.Session | None:
         remembered = session_id in self._directory
         bucket = await self._locate(session_id)
         if bucket is None:
@@ -409,7 +376,7 @@ class RedisBackend(Backend):
                 values = await self._fcall(moved, "get_session", session_id, write=False)
         return None if values is None else codec.read_session(values)
 
-    async def update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: spi.SessionChanges) -> spi.Session:
         bucket = await self._locate(changes.session_id)
         if bucket is None:
             raise decisions.missing_session(changes.session_id)
@@ -429,7 +396,7 @@ class RedisBackend(Backend):
             raise decisions.stale_or_missing(changes.session_id, True)
         return codec.read_session(reply[1])
 
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> spi.Session:
         bucket = await self._locate(session_id)
         if bucket is None:
             raise decisions.missing_session(session_id)
@@ -447,7 +414,7 @@ class RedisBackend(Backend):
             return False
         return bool(await self._fcall(bucket, "delete_session", session_id, write=True))
 
-    async def _listing(self, page: SessionPage) -> list[Any]:
+    async def _listing(self, page: interface.SessionPage) -> list[Any]:
         """The session rows of one page (see `Backend.list_sessions`)."""
         after = page.after
         after_at = ""
@@ -457,7 +424,7 @@ class RedisBackend(Backend):
             self._bucket(page.owner_id),
             "list_sessions",
             "=" + page.owner_id,
-            "c" if page.order is SessionOrder.CREATED else "a",
+            "c" if page.order is spi.SessionOrder.CREATED else "a",
             "1" if page.filter.include_parts else "0",
             page.filter.kind or "",
             "" if after is None else after.session_id,
@@ -467,20 +434,20 @@ class RedisBackend(Backend):
         )
         return rows
 
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
+    async def list_sessions(self, page: interface.SessionPage) -> list[spi.Session]:
         return [codec.read_session(values) for values in await self._listing(page)]
 
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+    async def list_summaries(self, page: interface.SessionPage) -> list[spi.SessionSummary]:
         return await self._summaries(await self._listing(page))
 
-    async def _summaries(self, rows: Sequence[Sequence[Any]]) -> list[SessionSummary]:
+    async def _summaries(self, rows: Sequence[Sequence[Any]]) -> list[spi.SessionSummary]:
         ids = [codec.text(value) for row in rows for value in (row[1], row[13])]
         users = await self._users(i for i in ids if i is not None)
         summaries = []
         for row in rows:
             owner, starter = codec.text(row[1]), codec.text(row[13])
             summaries.append(
-                SessionSummary(
+                spi.SessionSummary(
                     session=codec.read_session(row),
                     owner=None if owner is None else users.get(owner),
                     message_count=int(row[12] or 0),
@@ -489,7 +456,7 @@ class RedisBackend(Backend):
             )
         return summaries
 
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: spi.SessionFilter) -> int:
         return int(
             await self._fcall(
                 self._bucket(owner_id),
@@ -501,20 +468,20 @@ class RedisBackend(Backend):
             )
         )
 
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> spi.Session | None:
         bucket = await self._locate(part_of)
         if bucket is None:
             return None
         values = await self._fcall(bucket, "find_part", part_of, held_with, write=False)
         return None if values is None else codec.read_session(values)
 
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[spi.SessionSummary]:
         bucket = await self._locate(part_of)
         if bucket is None:
             return []
         return await self._summaries(await self._fcall(bucket, "list_parts", part_of, write=False))
 
-    async def participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[spi.User]:
         bucket = await self._locate(session_id)
         if bucket is None:
             return []
@@ -524,7 +491,7 @@ class RedisBackend(Backend):
         users = await self._users(ids)
         return [users[i] for i in ids if i in users]
 
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[spi.Session]:
         sessions = [
             codec.read_session(values)
             for rows in await self._everywhere("by_metadata", name, value, write=False)
@@ -564,7 +531,7 @@ class RedisBackend(Backend):
 
     # ---------------------------------------------------------------- the log
 
-    async def append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: spi.PreparedAppend) -> spi.AppendOutcome:
         session_id = append.session_id
         bucket = await self._locate(session_id)
         if bucket is None:
@@ -588,15 +555,15 @@ class RedisBackend(Backend):
         if outcome == b"users":
             raise decisions.unknown_users(json.loads(reply[1]))
         if outcome == b"stale":
-            return AppendOutcome(applied=False)
+            return spi.AppendOutcome(applied=False)
         if outcome == b"replay":
-            return AppendOutcome(applied=False, events=[codec.read_event(session_id, reply[1])])
+            return spi.AppendOutcome(applied=False, events=[codec.read_event(session_id, reply[1])])
         if outcome == b"conflict":
             where = "" if reply[2] == b"1" else " by another session"
             raise EventIdConflictError(f"event id {reply[1].decode()!r} is already used{where}")
         base = int(reply[1])
         await self._insert_users(append.users_to_insert)
-        return AppendOutcome(
+        return spi.AppendOutcome(
             applied=True,
             events=[_with_seq(p.event, base + i) for i, p in enumerate(append.events, start=1)],
         )
@@ -609,14 +576,14 @@ class RedisBackend(Backend):
 
     async def _range(
         self, bucket: int, session_id: str, first: int, last: int
-    ) -> tuple[int, int, list[Event]]:
+    ) -> tuple[int, int, list[spi.Event]]:
         """(the log's last seq, its newest boundary's seq, events first..last); -1 for
         the last seq: no session."""
         reply = await self._fcall(bucket, "read_range", session_id, first, last, write=False)
         version, boundary = int(reply[0]), int(reply[1])
         return version, boundary, [codec.read_event(session_id, stored) for stored in reply[2:]]
 
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[spi.Event]:
         f = event_filter
         if f.last == 0 or f.limit == 0:
             return []
@@ -633,12 +600,12 @@ class RedisBackend(Backend):
             return await self._read_forward(bucket, session_id, f)
         return await self._read_last(bucket, session_id, f)
 
-    async def _read_forward(self, bucket: int, session_id: str, f: EventFilter) -> list[Event]:
+    async def _read_forward(self, bucket: int, session_id: str, f: EventFilter) -> list[spi.Event]:
         plain = f == EventFilter(after_seq=f.after_seq, limit=f.limit)
         first = (f.after_seq or 0) + 1
         size = f.limit if plain and f.limit is not None else max(f.limit or 0, _READ_CHUNK)
         size = min(size, 10_000)
-        found: list[Event] = []
+        found: list[spi.Event] = []
         upto: int | None = None
         while True:
             last = first + size - 1 if upto is None else min(first + size - 1, upto)
@@ -653,7 +620,7 @@ class RedisBackend(Backend):
                 return found
             first, size = last + 1, min(size * 2, 10_000)
 
-    async def _read_last(self, bucket: int, session_id: str, f: EventFilter) -> list[Event]:
+    async def _read_last(self, bucket: int, session_id: str, f: EventFilter) -> list[spi.Event]:
         assert f.last is not None
         floor = (f.after_seq or 0) + 1
         plain = f == EventFilter(last=f.last, after_seq=f.after_seq)
@@ -667,7 +634,7 @@ class RedisBackend(Backend):
             return []
         tail = [codec.read_event(session_id, stored) for stored in reply[2:]]
         upper = top
-        matches: list[Event] = []  # newest first
+        matches: list[spi.Event] = []  # newest first
         while upper >= floor:
             lower = max(floor, upper - size + 1)
             if tail:
@@ -686,11 +653,11 @@ class RedisBackend(Backend):
 
     async def _active_view(
         self, bucket: int, session_id: str, boundary_seq: int, version: int, f: EventFilter
-    ) -> list[Event]:
+    ) -> list[spi.Event]:
         _, _, events = await self._range(bucket, session_id, boundary_seq, version)
         boundary, after = events[0], events[1:]
         kept_ids, summaries = compaction_parts(boundary, after)
-        kept: list[Event] = []
+        kept: list[spi.Event] = []
         if kept_ids:
             stored = await self._fcall(bucket, "read_ids", session_id, *kept_ids, write=False)
             kept = [
@@ -712,32 +679,32 @@ class RedisBackend(Backend):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> spi.VectorIndexSpec | None:
         [document] = await self.nodes.call(
             self._meta, [("HGET", self._meta, "vector")], write=False
         )
         if document is None:
             return None
         dimensions, metric, model = json.loads(document)
-        return VectorIndexSpec(int(dimensions), metric, model)
+        return spi.VectorIndexSpec(int(dimensions), metric, model)
 
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: spi.VectorIndexSpec, *, replace: bool) -> None:
         document = _dumps([spec.dimensions, spec.metric, spec.model])
         command = "HSET" if replace else "HSETNX"
         await self.nodes.call(self._meta, [(command, self._meta, "vector", document)], write=True)
 
     async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
+        self, model: str, roles: Sequence[spi.Role], after: str | None, limit: int
+    ) -> list[spi.PendingEmbedding]:
         replies = await self._everywhere(
             "pending", model, codec.role_letters(roles), after or "", limit, write=False
         )
-        pending: list[PendingEmbedding] = []
+        pending: list[spi.PendingEmbedding] = []
         for bucket, reply in enumerate(replies):
             for item in reply:
                 message_id = item[0].decode()
                 pending.append(
-                    PendingEmbedding(
+                    spi.PendingEmbedding(
                         message_id, item[1].decode(), codec.ROLES_BY_LETTER[item[2].decode()],
                         item[3].decode(),
                     )
@@ -748,7 +715,7 @@ class RedisBackend(Backend):
         pending.sort(key=lambda p: p.message_id)
         return pending[:limit]
 
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[spi.Role]) -> int:
         replies = await self._everywhere(
             "count_pending", model, codec.role_letters(roles), write=False
         )
@@ -778,7 +745,7 @@ class RedisBackend(Backend):
             ]
         await self.nodes.fan_out(calls, write=True)
 
-    async def _scope_buckets(self, scope: SearchScope) -> list[int] | None:
+    async def _scope_buckets(self, scope: spi.SearchScope) -> list[int] | None:
         """The buckets a search looks in (None: every one; []: none)."""
         if scope.session_id is not None:
             bucket = await self._locate(scope.session_id)
@@ -794,7 +761,7 @@ class RedisBackend(Backend):
             return list(enumerate(await self._everywhere(name, *args, write=False)))
         return [(b, await self._fcall(b, name, *args, write=False)) for b in buckets]
 
-    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+    async def vector_search(self, query: spi.VectorQuery) -> list[spi.SearchHit]:
         """One session's vectors are scanned; a wider scope asks each bucket's vector
         set (Redis 8) or this process's cache of each bucket's vectors, kept current by
         the bucket's change feed (no vector sets). Either only shortlists: the hits are
@@ -814,7 +781,7 @@ class RedisBackend(Backend):
             return await self._ranked(query, *await self._from_vector_sets(query, buckets))
         return await self._ranked(query, await self._from_cache(query, buckets), [])
 
-    def _scan_args(self, query: VectorQuery) -> list[Any]:
+    def _scan_args(self, query: spi.VectorQuery) -> list[Any]:
         scope = query.scope
         return [
             scope.owner_id or "", scope.session_id or "", codec.role_letters(scope.roles),
@@ -822,7 +789,7 @@ class RedisBackend(Backend):
         ]  # fmt: skip
 
     async def _from_vector_sets(
-        self, query: VectorQuery, buckets: list[int] | None
+        self, query: spi.VectorQuery, buckets: list[int] | None
     ) -> tuple[list[_Scanned], list[_Shortlisted]]:
         scope = query.scope
         found = await self._in_buckets(
@@ -843,7 +810,9 @@ class RedisBackend(Backend):
                 )
         return exact, near
 
-    async def _from_cache(self, query: VectorQuery, buckets: list[int] | None) -> list[_Scanned]:
+    async def _from_cache(
+        self, query: spi.VectorQuery, buckets: list[int] | None
+    ) -> list[_Scanned]:
         """The shortlist of each bucket's cached vectors (see `vector_cache`), with their
         stored vectors; a bucket whose cache is ahead of what it reads is scanned."""
         scope = query.scope
@@ -892,8 +861,8 @@ class RedisBackend(Backend):
         return exact
 
     async def _ranked(
-        self, query: VectorQuery, exact: list[_Scanned], near: list[_Shortlisted]
-    ) -> list[SearchHit]:
+        self, query: spi.VectorQuery, exact: list[_Scanned], near: list[_Shortlisted]
+    ) -> list[spi.SearchHit]:
         """The ``query.k`` best of the vectors ``exact`` and of the best of ``near``
         (by the similarity a vector set gave them), scored by their stored vectors."""
         width = len(query.vector)
@@ -917,7 +886,7 @@ class RedisBackend(Backend):
             ],
             write=False,
         )
-        events: dict[tuple[bytes, bytes], Event] = {}
+        events: dict[tuple[bytes, bytes], spi.Event] = {}
         blobs: dict[tuple[bytes, bytes], bytes] = {}
         for args, stored in zip(by_bucket.values(), replies, strict=True):
             for session, stored_event in zip(args[0::2], stored, strict=True):
@@ -934,11 +903,11 @@ class RedisBackend(Backend):
         hits = []
         for row, score in ranked:
             event = events[order[row]]
-            if isinstance(event, Message):
-                hits.append(SearchHit(event, score))
+            if isinstance(event, spi.Message):
+                hits.append(spi.SearchHit(event, score))
         return hits
 
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+    async def text_search(self, query: spi.TextQuery) -> list[spi.SearchHit]:
         scope = query.scope
         buckets = await self._scope_buckets(scope)
         found = await self._in_buckets(
@@ -949,8 +918,8 @@ class RedisBackend(Backend):
         for _, reply in found:
             for stored, session, score in reply:
                 event = codec.read_event(session.decode(), stored)
-                if isinstance(event, Message):
-                    hits.append(SearchHit(event, float(score)))
+                if isinstance(event, spi.Message):
+                    hits.append(spi.SearchHit(event, float(score)))
         hits.sort(key=lambda hit: (-hit.score, hit.message.id))
         return hits[: query.k]
 
@@ -1005,7 +974,7 @@ def _feed_row(row: Sequence[Any]) -> VectorRow:
     return (int(row[0]), row[1], row[2].decode(), codec.ROLES_BY_LETTER[row[3].decode()].value)
 
 
-def _with_seq(event: Event, seq: int) -> Event:
+def _with_seq(event: spi.Event, seq: int) -> spi.Event:
     return replace(event, seq=seq)
 
 
@@ -1013,7 +982,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _raise_refusal(reply: Sequence[Any], session: Session) -> None:
+def _raise_refusal(reply: Sequence[Any], session: spi.Session) -> None:
     """Raise what refused inserting ``session`` (the function's reply names it; the
     errors are `decisions`'); return when it was applied."""
     outcome = reply[0]
@@ -1032,7 +1001,7 @@ def _raise_refusal(reply: Sequence[Any], session: Session) -> None:
     raise StoreError(f"unexpected reply from the Redis function: {outcome!r}")
 
 
-def _no_holder(new: NewSession) -> StoreError:
+def _no_holder(new: spi.NewSession) -> StoreError:
     """The error for a part whose parent is missing, as `decisions` words it."""
     try:
         decisions.owned_by_parent(new, None)

@@ -17,7 +17,6 @@ from convostore import _json
 from convostore._text import text_tokens
 from convostore._time import from_micros, to_micros
 from convostore.backends import spi
-from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.rows import RowReader, user_values
 from convostore.backends.sql.values import MICROS_READER, event_values, vector_blob
 from convostore.model import Event, Message, Role, Session, User
@@ -67,7 +66,7 @@ def read_user(document: bytes | None) -> User | None:
     return READER.user(json.loads(document))
 
 
-def session_document(new: NewSession) -> dict[str, Any]:
+def session_document(new: spi.NewSession) -> dict[str, Any]:
     """The session's fields for ``insert_session`` (times as decimal text: Lua's numbers
     would round them)."""
     return {
@@ -110,7 +109,7 @@ def read_session(values: Sequence[Any]) -> Session:
     )
 
 
-def event_arguments(prepared: PreparedEvent) -> tuple[str, str, bytes]:
+def event_arguments(prepared: spi.PreparedEvent) -> tuple[str, str, bytes]:
     """What ``append`` takes for one event: its small JSON description (see
     `functions`), its fixed columns as JSON, its vector ('' none)."""
     event = prepared.event

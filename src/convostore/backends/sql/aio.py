@@ -17,14 +17,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Generic, TypeVar
 
-from convostore.backends.spi import PendingEmbedding, VectorIndexSpec
+from convostore.backends import spi
 from convostore.backends.sql import writes
 from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.steps import Query, RollbackAndReturn, Steps
 from convostore.backends.sql.writes import KeyStatements
 from convostore.errors import StoreError
-from convostore.model import Role
 
 __all__ = [
     "AsyncSQLBackend",
@@ -287,15 +286,15 @@ class AsyncSQLBackend(SQLBackend, Generic[C]):
 
     # ---------------------------------------------------------------- re-embedding
 
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> spi.VectorIndexSpec | None:
         return await self._run(self._steps, self.embeddings.spec)
 
     async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
+        self, model: str, roles: Sequence[spi.Role], after: str | None, limit: int
+    ) -> list[spi.PendingEmbedding]:
         return await self._run(self._steps, self.embeddings.pending, model, roles, after, limit)
 
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[spi.Role]) -> int:
         return await self._run(self._steps, self.embeddings.count_pending, model, roles)
 
     # ---------------------------------------------------------------- the metadata index

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from convostore._time import to_micros
-from convostore.backends.spi import AppendOutcome, PreparedAppend, PreparedEvent
+from convostore.backends import spi
 from convostore.backends.sql import decisions
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.statements import EVENT_FIELDS, columns
@@ -43,14 +43,14 @@ class AppendStatements:
     lock_session: str
     advance: str
     insert_events: Callable[[int], str]
-    event_row: Callable[[PreparedEvent, int], tuple[Any, ...]]
+    event_row: Callable[[spi.PreparedEvent, int], tuple[Any, ...]]
     events_with_ids: str
 
 
 def append_statements(
     dialect: Dialect,
     insert_fields: tuple[str, ...],
-    event_row: Callable[[PreparedEvent, int], tuple[Any, ...]],
+    event_row: Callable[[spi.PreparedEvent, int], tuple[Any, ...]],
     insert_values: Mapping[str, str] | None = None,
 ) -> AppendStatements:
     """The statements of an append in ``dialect``, whose events are inserted as
@@ -88,9 +88,9 @@ def _no_check(rows: Sequence[Any]) -> None:
 def append(
     a: AppendStatements,
     w: SessionWrites,
-    prepared: PreparedAppend,
+    prepared: spi.PreparedAppend,
     check: Callable[[Sequence[Any]], None] = _no_check,
-) -> Steps[AppendOutcome]:
+) -> Steps[spi.AppendOutcome]:
     """Append ``prepared`` in the caller's transaction. ``check`` sees the events' rows
     first (and may refuse them)."""
     events, session_id = prepared.events, prepared.session_id
@@ -102,7 +102,7 @@ def append(
     version, last_seq = locked
     yield from require_users(w, *required)
     if prepared.expected_version is not None and version != prepared.expected_version:
-        raise RollbackAndReturn(AppendOutcome(applied=False))
+        raise RollbackAndReturn(spi.AppendOutcome(applied=False))
     first_seq = last_seq + 1
     if prepared.users_to_insert:
         yield from insert_users(w, prepared.users_to_insert)
@@ -124,4 +124,4 @@ def append(
         # made for this append and nothing else holds it, so it takes its seq in place
         # rather than as a copy of every field, on the hottest path there is.
         object.__setattr__(p.event, "seq", first_seq + offset)
-    return AppendOutcome(applied=True, events=[p.event for p in events])
+    return spi.AppendOutcome(applied=True, events=[p.event for p in events])

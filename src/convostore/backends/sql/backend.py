@@ -8,18 +8,17 @@ from datetime import datetime
 from typing import Any
 
 from convostore._time import from_micros
-from convostore.backends.interface import Backend, DatabaseStats, SessionPage
+from convostore.backends import interface, spi
 from convostore.backends.sql import decisions
 from convostore.backends.sql.rows import RowReader
 from convostore.backends.sql.statements import Statements
-from convostore.model import Session, SessionFilter, SessionSummary, User
 
 __all__ = ["SQLBackend"]
 
 Parameters = Mapping[str, Any]
 
 
-class SQLBackend(Backend):
+class SQLBackend(interface.Backend):
     """A `Backend` on a SQL database. A subclass sets ``statements`` (the shared
     statements in its dialect) and gives the I/O: `_fetch_all`, `_changed` and
     `_returning`. What it still implements itself (mostly by running the shared steps
@@ -60,24 +59,24 @@ class SQLBackend(Backend):
         ``statements.select_session`` in the same transaction (None if it changed
         nothing)."""
 
-    async def stats(self) -> DatabaseStats:
+    async def stats(self) -> interface.DatabaseStats:
         row = await self._fetch_one(self.statements.database_stats, {})
         assert row is not None
         users, sessions, events, messages, vectors = map(int, row[:5])
         size = None if row[5] is None else int(row[5])
-        return DatabaseStats(users, sessions, events, messages, vectors, size)
+        return interface.DatabaseStats(users, sessions, events, messages, vectors, size)
 
     # ---------------------------------------------------------------- users and sessions
 
-    async def get_user(self, user_id: str) -> User | None:
+    async def get_user(self, user_id: str) -> spi.User | None:
         row = await self._fetch_by_key(self.statements.select_user, {"id": user_id})
         return None if row is None else self.rows.user(row)
 
-    async def get_session(self, session_id: str) -> Session | None:
+    async def get_session(self, session_id: str) -> spi.Session | None:
         row = await self._fetch_by_key(self.statements.select_session, {"id": session_id})
         return None if row is None else self.rows.session(row)
 
-    async def set_title(self, session_id: str, title: str | None, stamp: str) -> Session:
+    async def set_title(self, session_id: str, title: str | None, stamp: str) -> spi.Session:
         parameters = {"title": title, "stamp": stamp, "id": session_id}
         row = await self._returning(self.statements.set_title, parameters)
         if row is None:
@@ -91,15 +90,15 @@ class SQLBackend(Backend):
         parameters = {"before": self.statements.dialect.time_param(before)}
         return await self._changed(self.statements.delete_expired, parameters)
 
-    async def list_sessions(self, page: SessionPage) -> list[Session]:
+    async def list_sessions(self, page: interface.SessionPage) -> list[spi.Session]:
         rows = await self._fetch_all(*self._listing(False, page))
         return [self.rows.session(row) for row in rows]
 
-    async def list_summaries(self, page: SessionPage) -> list[SessionSummary]:
+    async def list_summaries(self, page: interface.SessionPage) -> list[spi.SessionSummary]:
         rows = await self._fetch_all(*self._listing(True, page))
         return [self.rows.summary(row) for row in rows]
 
-    def _listing(self, summaries: bool, page: SessionPage) -> tuple[str, Parameters]:
+    def _listing(self, summaries: bool, page: interface.SessionPage) -> tuple[str, Parameters]:
         after, filter = page.after, page.filter
         statement = self.statements.listing(
             summaries, page.order, filter.include_parts, filter.kind is not None, after is not None
@@ -116,26 +115,26 @@ class SQLBackend(Backend):
         }
         return statement, parameters
 
-    async def count_sessions(self, owner_id: str, filter: SessionFilter) -> int:
+    async def count_sessions(self, owner_id: str, filter: spi.SessionFilter) -> int:
         statement = self.statements.count(filter.include_parts, filter.kind is not None)
         row = await self._fetch_one(statement, {"owner_id": owner_id, "kind": filter.kind})
         assert row is not None
         return int(row[0])
 
-    async def find_part(self, part_of: str, held_with: str) -> Session | None:
+    async def find_part(self, part_of: str, held_with: str) -> spi.Session | None:
         parameters = {"part_of": part_of, "held_with": held_with}
         row = await self._fetch_one(self.statements.find_part, parameters)
         return None if row is None else self.rows.session(row)
 
-    async def list_parts(self, part_of: str) -> list[SessionSummary]:
+    async def list_parts(self, part_of: str) -> list[spi.SessionSummary]:
         rows = await self._fetch_all(self.statements.list_parts, {"part_of": part_of})
         return [self.rows.summary(row) for row in rows]
 
-    async def participants(self, session_id: str) -> list[User]:
+    async def participants(self, session_id: str) -> list[spi.User]:
         rows = await self._fetch_all(self.statements.participants, {"session_id": session_id})
         return [user for row in rows if (user := self.rows.user(row)) is not None]
 
-    async def find_sessions_by_metadata(self, name: str, value: str) -> list[Session]:
+    async def find_sessions_by_metadata(self, name: str, value: str) -> list[spi.Session]:
         parameters = {"name": name, "value": value}
         rows = await self._fetch_all(self.statements.sessions_by_metadata, parameters)
         return [self.rows.session(row) for row in rows]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from convostore.backends.spi import PendingEmbedding, VectorIndexSpec
+from convostore.backends import spi
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.steps import Query, Steps
 from convostore.model import Role
@@ -59,11 +59,11 @@ class Embeddings:
             f" stamp = {p('stamp')} WHERE id = {p('id')} AND type = 'MESSAGE'"
         )
 
-    def spec(self) -> Steps[VectorIndexSpec | None]:
+    def spec(self) -> Steps[spi.VectorIndexSpec | None]:
         row = yield Query(SELECT_VECTOR_INDEX)
-        return None if row is None else VectorIndexSpec(int(row[0]), row[1], row[2])
+        return None if row is None else spi.VectorIndexSpec(int(row[0]), row[1], row[2])
 
-    def declare_index(self, spec: VectorIndexSpec, replace: bool) -> Steps[None]:
+    def declare_index(self, spec: spi.VectorIndexSpec, replace: bool) -> Steps[None]:
         parameters = {"dimensions": spec.dimensions, "metric": spec.metric, "model": spec.model}
         yield Query(self.replace if replace else self.declare, parameters, "count")
 
@@ -73,10 +73,10 @@ class Embeddings:
 
     def pending(
         self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> Steps[list[PendingEmbedding]]:
+    ) -> Steps[list[spi.PendingEmbedding]]:
         parameters = self._pending_parameters(model, roles) | {"after": after or "", "limit": limit}
         rows = yield Query(self.pending_page, parameters, "all")
-        return [PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
+        return [spi.PendingEmbedding(row[0], row[1], Role(row[2]), row[3]) for row in rows]
 
     def count_pending(self, model: str, roles: Sequence[Role]) -> Steps[int]:
         row = yield Query(self.count_pending_statement, self._pending_parameters(model, roles))

@@ -16,14 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from convostore._time import to_micros
-from convostore.backends.interface import TextQuery, VectorQuery
-from convostore.backends.spi import (
-    AppendOutcome,
-    NewSession,
-    PreparedAppend,
-    SessionChanges,
-    VectorIndexSpec,
-)
+from convostore.backends import interface, spi
 from convostore.backends.sql import appends, writes
 from convostore.backends.sql import search as search_steps
 from convostore.backends.sql.aio import AsyncSQLBackend, drive
@@ -34,7 +27,6 @@ from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.search import SearchStatements
 from convostore.backends.sql.writes import SessionWrites
 from convostore.filters import EventFilter
-from convostore.model import Event, SearchHit, Session, User
 
 __all__ = ["GenericSQLBackend", "VectorKeeping"]
 
@@ -56,8 +48,8 @@ class VectorKeeping(Protocol[C_in]):
     native: bool
 
     async def append(
-        self, connection: C_in, prepared: PreparedAppend, write: Write
-    ) -> AppendOutcome:
+        self, connection: C_in, prepared: spi.PreparedAppend, write: Write
+    ) -> spi.AppendOutcome:
         """``write(connection, prepared)``, then the vectors it added kept."""
 
     async def set_embeddings(
@@ -83,7 +75,7 @@ class VectorKeeping(Protocol[C_in]):
         """After a vector index was declared (``replace``: anew; ``reembedding``: before
         a re-embedding run); ``connect`` opens a connection for the work it starts."""
 
-    async def search(self, connection: C_in, query: VectorQuery) -> list[SearchHit]:
+    async def search(self, connection: C_in, query: interface.VectorQuery) -> list[spi.SearchHit]:
         """The hits of ``query``, in one read snapshot."""
 
     def clear(self) -> None:
@@ -123,20 +115,20 @@ class GenericSQLBackend(AsyncSQLBackend[C]):
 
     # ---------------------------------------------------------------- users and sessions
 
-    async def put_user(self, user: User) -> None:
+    async def put_user(self, user: spi.User) -> None:
         values = user_values(user)
         self._check(values, "the user")
         await self._run(self.driver.execute, self.statements.upsert_user, values)
 
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         self._check(self.writes.session_row(new), "the session")
         return await self._write_steps(writes.insert_session, self.writes, new, if_absent)
 
-    async def find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: spi.NewSession) -> spi.Session:
         self._check(self.writes.session_row(new), "the session")
         return await self._write_steps(writes.find_or_insert_part, self.writes, new)
 
-    async def update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: spi.SessionChanges) -> spi.Session:
         values = (changes.title, changes.metadata_json, changes.session_id, changes.new_stamp)
         self._check(values, "the session")
         return await self._write_steps(writes.update_session, self.writes, changes)
@@ -151,10 +143,10 @@ class GenericSQLBackend(AsyncSQLBackend[C]):
 
     # ---------------------------------------------------------------- the log
 
-    async def append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: spi.PreparedAppend) -> spi.AppendOutcome:
         return await self._write(self.vectors.append, append, self._append)
 
-    async def _append(self, connection: C, append: PreparedAppend) -> AppendOutcome:
+    async def _append(self, connection: C, append: spi.PreparedAppend) -> spi.AppendOutcome:
         """The shared append (`convostore.backends.sql.appends`), its rows no larger than
         the database takes (`_check`)."""
 
@@ -164,7 +156,7 @@ class GenericSQLBackend(AsyncSQLBackend[C]):
         write = appends.append(self.appends, self.writes, append, check)
         return await drive(self.driver, connection, write)
 
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[spi.Event]:
         decode = functools.partial(self.event_cache.events, reader=self.rows)
         read = self.reads.read_events(session_id, event_filter, decode)
         async with self._connection() as connection:
@@ -176,11 +168,11 @@ class GenericSQLBackend(AsyncSQLBackend[C]):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: spi.VectorIndexSpec, *, replace: bool) -> None:
         await self._run(self._steps, self.embeddings.declare_index, spec, replace)
         await self.vectors.declared(self._connection, replace=replace, reembedding=False)
 
-    async def begin_reembed(self, spec: VectorIndexSpec) -> bool:
+    async def begin_reembed(self, spec: spi.VectorIndexSpec) -> bool:
         if await self.vector_index_spec() == spec:
             return False
         await self._run(self._steps, self.embeddings.declare_index, spec, True)
@@ -194,10 +186,10 @@ class GenericSQLBackend(AsyncSQLBackend[C]):
         write = (self._steps, self.embeddings.set_embeddings, model, vectors, stamp)
         await self._write(self.vectors.set_embeddings, ids, *write)
 
-    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+    async def vector_search(self, query: interface.VectorQuery) -> list[spi.SearchHit]:
         return await self._run(self.vectors.search, query)
 
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+    async def text_search(self, query: interface.TextQuery) -> list[spi.SearchHit]:
         scope, terms = query.scope, self.text_query(query.terms)
         found = (self.search, terms, query.k, scope.owner_id, scope.session_id, scope.roles)
         return await self._snapshot(self._steps, search_steps.text_search, *found)

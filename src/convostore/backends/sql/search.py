@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from convostore._vectors import best, from_blobs, scores
-from convostore.backends.spi import Metric
+from convostore.backends import spi
 from convostore.backends.sql.dialect import Dialect
 from convostore.backends.sql.statements import EVENT_FIELDS, columns
 from convostore.backends.sql.steps import Query, Steps
@@ -128,7 +128,7 @@ def hits(s: SearchStatements, ranked: list[tuple[int, float]]) -> Steps[list[Sea
 def vector_search(
     s: SearchStatements,
     vector: Sequence[float],
-    metric: Metric,
+    metric: spi.Metric,
     model: str | None,
     k: int,
     scope: tuple[str | None, str | None, Sequence[Role] | None],
@@ -151,7 +151,7 @@ def vector_search(
 
 
 def ranked(
-    s: SearchStatements, vector: Sequence[float], metric: Metric, k: int, rows: list[Any]
+    s: SearchStatements, vector: Sequence[float], metric: spi.Metric, k: int, rows: list[Any]
 ) -> Steps[list[SearchHit]]:
     """The k best of (row id, float32 vector) ``rows`` (in row order), ranked exactly as
     every scanning backend ranks (`convostore._vectors`), read whole."""

@@ -13,7 +13,6 @@ from typing import Any, Final
 
 from convostore._time import from_micros, to_micros
 from convostore.backends import spi
-from convostore.backends.spi import NewSession, PreparedEvent
 from convostore.backends.sql.rows import RowReader
 from convostore.model import Message
 
@@ -61,12 +60,12 @@ def vector_from_blob(blob: bytes | None) -> tuple[float, ...] | None:
     return tuple(values.tolist())
 
 
-def session_values(new: NewSession) -> tuple[Any, ...]:
+def session_values(new: spi.NewSession) -> tuple[Any, ...]:
     session = new.session
     return (*spi.session_values(new, to_micros), session.version, session.stamp)
 
 
-def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
+def event_values(prepared: spi.PreparedEvent, seq: int) -> tuple[Any, ...]:
     event = prepared.event
     common = (
         event.session_id,

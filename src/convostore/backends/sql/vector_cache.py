@@ -48,7 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from convostore._vectors import Matrix, Scores, from_blobs, row_norms
-from convostore.backends.spi import Metric
+from convostore.backends import spi
 from convostore.model import Role
 
 __all__ = [
@@ -460,7 +460,7 @@ class VectorTable:
     def shortlisted(
         self,
         vector: Sequence[float],
-        metric: Metric,
+        metric: spi.Metric,
         k: int,
         owner_id: str | None,
         session_id: str | None,
@@ -520,7 +520,7 @@ class VectorTable:
         return chosen if rows is None or whole else rows[chosen]
 
     def _best_by_codes(
-        self, query: Matrix, metric: Metric, rows: Positions, wanted: int
+        self, query: Matrix, metric: spi.Metric, rows: Positions, wanted: int
     ) -> Positions:
         # einsum, not a matrix product: on a busy machine BLAS's threads spin for longer
         # than this product takes on one core.
@@ -559,7 +559,7 @@ class VectorCache:
         answer: Callable[[Request], Any],
         key: CacheKey,
         vector: Sequence[float],
-        metric: Metric,
+        metric: spi.Metric,
         k: int,
         owner_id: str | None,
         session_id: str | None,
@@ -588,7 +588,7 @@ class VectorCache:
         answer: Callable[[Request], Awaitable[Any]],
         key: CacheKey,
         vector: Sequence[float],
-        metric: Metric,
+        metric: spi.Metric,
         k: int,
         owner_id: str | None,
         session_id: str | None,

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from convostore.backends import spi
 from convostore.backends.decisions import owned_by_parent
-from convostore.backends.spi import NewSession, SessionChanges
 from convostore.backends.sql import decisions
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.statements import SESSION_COLUMNS, Statements
@@ -61,7 +61,7 @@ class SessionWrites:
         self,
         statements: Statements,
         insert_session: str,
-        session_row: Callable[[NewSession], tuple[Any, ...]],
+        session_row: Callable[[spi.NewSession], tuple[Any, ...]],
         keys: KeyStatements,
     ) -> None:
         dialect, m = statements.dialect, statements.dialect.marker
@@ -132,7 +132,7 @@ def _index_metadata(
         yield Query(w.keys.insert_entry, rows, "many")
 
 
-def insert_session(w: SessionWrites, new: NewSession, if_absent: bool) -> Steps[Session | None]:
+def insert_session(w: SessionWrites, new: spi.NewSession, if_absent: bool) -> Steps[Session | None]:
     """`Backend.insert_session`: the checks in the order the contract gives them."""
     session = new.session
     if new.indexed_metadata:
@@ -153,7 +153,7 @@ def insert_session(w: SessionWrites, new: NewSession, if_absent: bool) -> Steps[
     return session
 
 
-def find_or_insert_part(w: SessionWrites, new: NewSession) -> Steps[Session]:
+def find_or_insert_part(w: SessionWrites, new: spi.NewSession) -> Steps[Session]:
     """Under the parent's row lock (or the one write lock) no other part can appear
     between the look and the insert, so every caller settles on the earliest part."""
     if new.indexed_metadata:
@@ -169,7 +169,7 @@ def find_or_insert_part(w: SessionWrites, new: NewSession) -> Steps[Session]:
     return inserted
 
 
-def update_session(w: SessionWrites, changes: SessionChanges) -> Steps[Session]:
+def update_session(w: SessionWrites, changes: spi.SessionChanges) -> Steps[Session]:
     """`Backend.update_session`, guarded by the session's stamp."""
     dialect = w.statements.dialect
     # Always: the old metadata's entries go, and a key add must not backfill them meanwhile.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from convostore._time import to_micros
-from convostore.backends.spi import AppendOutcome, NewSession, PreparedAppend, SessionChanges
+from convostore.backends import spi
 from convostore.backends.sql import writes
 from convostore.backends.sql.decisions import (
     missing_session,
@@ -73,16 +73,16 @@ def write_put_user(connection: Connection, user: User) -> None:
 
 
 def write_insert_session(
-    connection: Connection, new: NewSession, if_absent: bool
+    connection: Connection, new: spi.NewSession, if_absent: bool
 ) -> Session | None:
     return drive(connection, writes.insert_session(sql.WRITES, new, if_absent))
 
 
-def write_find_or_insert_part(connection: Connection, new: NewSession) -> Session:
+def write_find_or_insert_part(connection: Connection, new: spi.NewSession) -> Session:
     return drive(connection, writes.find_or_insert_part(sql.WRITES, new))
 
 
-def write_update_session(connection: Connection, changes: SessionChanges) -> Session:
+def write_update_session(connection: Connection, changes: spi.SessionChanges) -> Session:
     return drive(connection, writes.update_session(sql.WRITES, changes))
 
 
@@ -97,7 +97,7 @@ def write_returning(connection: Connection, statement: str, parameters: Any) -> 
     return connection.execute(statement, parameters).fetchone()
 
 
-def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcome:
+def write_append(connection: Connection, append: spi.PreparedAppend) -> spi.AppendOutcome:
     """The checks in the order `Backend.append` gives, in as few statements as the
     common case allows: move the session on, then insert the events. Whatever a later
     check refuses is undone with the transaction."""
@@ -111,7 +111,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
         if not _session_exists(connection, append.session_id):
             raise missing_session(append.session_id)
         _require_users(connection, append.users_to_insert, append.required_user_ids)
-        return AppendOutcome(applied=False)  # A batch for another version.
+        return spi.AppendOutcome(applied=False)  # A batch for another version.
     last_seq, unknown_users = advanced
     if unknown_users:
         _require_users(connection, append.users_to_insert, append.required_user_ids)
@@ -130,7 +130,7 @@ def write_append(connection: Connection, append: PreparedAppend) -> AppendOutcom
     return _applied(append, first_seq)
 
 
-def _advance_values(append: PreparedAppend) -> tuple[Any, ...]:
+def _advance_values(append: spi.PreparedAppend) -> tuple[Any, ...]:
     """The values `sql.ADVANCE_SESSION` (and `sql.advance_sessions`, per session) moves
     an append's session on by, in order."""
     return (
@@ -144,19 +144,19 @@ def _advance_values(append: PreparedAppend) -> tuple[Any, ...]:
     )
 
 
-def _applied(append: PreparedAppend, first_seq: int) -> AppendOutcome:
+def _applied(append: spi.PreparedAppend, first_seq: int) -> spi.AppendOutcome:
     """The outcome of an append stored with seqs from ``first_seq`` on."""
     for offset, prepared in enumerate(append.events):
         # "event.seq is 0 until the backend assigns it" (PreparedEvent): the event was
         # made for this append and nothing else holds it, so it takes its seq in place
         # rather than as a copy of every field, on the hottest path there is.
         object.__setattr__(prepared.event, "seq", first_seq + offset)
-    return AppendOutcome(applied=True, events=[prepared.event for prepared in append.events])
+    return spi.AppendOutcome(applied=True, events=[prepared.event for prepared in append.events])
 
 
 def write_appends(
-    connection: Connection, batch: list[tuple[PreparedAppend]]
-) -> list[AppendOutcome]:
+    connection: Connection, batch: list[tuple[spi.PreparedAppend]]
+) -> list[spi.AppendOutcome]:
     """`write_append` of each append, in order, in fewer statements. The group commit
     runs it (see `in_group_transaction`), and runs each append alone if this raises.
 
@@ -164,8 +164,8 @@ def write_appends(
     to a session already taken starts the next set, so a session's appends keep their
     order.
     """
-    outcomes: list[AppendOutcome] = []
-    together: dict[str, PreparedAppend] = {}
+    outcomes: list[spi.AppendOutcome] = []
+    together: dict[str, spi.PreparedAppend] = {}
     for (append,) in batch:
         if append.session_id in together:
             outcomes += _write_together(connection, list(together.values()))
@@ -175,7 +175,9 @@ def write_appends(
     return outcomes
 
 
-def _write_together(connection: Connection, appends: list[PreparedAppend]) -> list[AppendOutcome]:
+def _write_together(
+    connection: Connection, appends: list[spi.PreparedAppend]
+) -> list[spi.AppendOutcome]:
     """`write_append` of appends to sessions that differ: their sessions moved on by one
     statement, the users they give stored by one more, their events inserted by one
     more. An append that moves no session on (its session missing, or not at the
@@ -220,7 +222,7 @@ def _write_together(connection: Connection, appends: list[PreparedAppend]) -> li
 
 
 def _raise_for_stored_id(
-    connection: Connection, append: PreparedAppend, error: sqlite3.IntegrityError
+    connection: Connection, append: spi.PreparedAppend, error: sqlite3.IntegrityError
 ) -> None:
     """An event id is stored already: a retried append (rolled back, answering the stored
     event) or `EventIdConflictError`."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from convostore.backends.spi import PreparedEvent
+from convostore.backends import spi
 from convostore.backends.sql import values
 from convostore.backends.sql.rows import user_values
 from convostore.backends.sql.values import (
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-def event_values(prepared: PreparedEvent, seq: int) -> tuple[Any, ...]:
+def event_values(prepared: spi.PreparedEvent, seq: int) -> tuple[Any, ...]:
     """`values.event_values`, with the row's stamp for an event that is not a message
     too (`PreparedEvent.stamp`): `event_cache` tells rows apart by their stamps."""
     row = values.event_values(prepared, seq)

@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final
 
-from convostore.backends.spi import Metric, PendingEmbedding, VectorIndexSpec
+from convostore.backends import spi
 from convostore.backends.sql.embeddings import Embeddings
 from convostore.backends.sql.search import SearchStatements, text_search, vector_search
 from convostore.backends.sql.steps import drive
@@ -56,17 +56,17 @@ SEARCH: Final = SearchStatements(
 )
 
 
-def read_vector_index(connection: Connection) -> VectorIndexSpec | None:
+def read_vector_index(connection: Connection) -> spi.VectorIndexSpec | None:
     return drive(connection, EMBEDDINGS.spec())
 
 
-def write_vector_index(connection: Connection, spec: VectorIndexSpec, replace: bool) -> None:
+def write_vector_index(connection: Connection, spec: spi.VectorIndexSpec, replace: bool) -> None:
     drive(connection, EMBEDDINGS.declare_index(spec, replace))
 
 
 def read_pending(
     connection: Connection, model: str, roles: Sequence[Role], after: str | None, limit: int
-) -> list[PendingEmbedding]:
+) -> list[spi.PendingEmbedding]:
     return drive(connection, EMBEDDINGS.pending(model, roles, after, limit))
 
 
@@ -87,7 +87,7 @@ def read_vector_search(
     connection: Connection,
     cache: VectorCache | None,
     vector: tuple[float, ...],
-    metric: Metric,
+    metric: spi.Metric,
     model: str | None,
     k: int,
     owner_id: str | None,
