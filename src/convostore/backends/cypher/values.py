@@ -19,11 +19,10 @@ from convostore._text import text_tokens
 from convostore._time import from_micros, to_micros
 from convostore.backends import spi
 from convostore.backends.cypher.queries import SCHEMA_LABEL_KEY
-from convostore.backends.spi import NewSession, PreparedAppend, PreparedEvent, SessionChanges
 from convostore.backends.sql.rows import RowReader
 from convostore.errors import InvalidArgumentError
 from convostore.filters import is_turn_start
-from convostore.model import COMPACTION, Message, User
+from convostore.model import COMPACTION, Asset, Attachment, Message, User
 
 __all__ = [
     "READER",
@@ -79,7 +78,7 @@ def metadata_entries(pairs: tuple[tuple[str, str], ...]) -> list[dict[str, str]]
     return [{"name": name, "entry": metadata_entry(name, value)} for name, value in pairs]
 
 
-def session_parameters(new: NewSession, *, owner_from_parent: bool) -> dict[str, Any]:
+def session_parameters(new: spi.NewSession, *, owner_from_parent: bool) -> dict[str, Any]:
     return {
         **dict(zip(spi.SESSION_COLUMNS, spi.session_values(new, to_micros), strict=True)),
         "owner_from_parent": owner_from_parent,
@@ -91,7 +90,7 @@ def session_parameters(new: NewSession, *, owner_from_parent: bool) -> dict[str,
     }
 
 
-def update_parameters(changes: SessionChanges) -> dict[str, Any]:
+def update_parameters(changes: spi.SessionChanges) -> dict[str, Any]:
     return {
         "id": changes.session_id,
         "expected_stamp": changes.expected_stamp,
@@ -110,7 +109,7 @@ def _finite(vector: tuple[float, ...]) -> list[float]:
     return list(vector)
 
 
-def _event(prepared: PreparedEvent, offset: int, turn_offset: int | None) -> dict[str, Any]:
+def _event(prepared: spi.PreparedEvent, offset: int, turn_offset: int | None) -> dict[str, Any]:
     event = prepared.event
     kept = None
     if event.type == COMPACTION and isinstance(event.payload, dict):
@@ -156,16 +155,7 @@ def _event(prepared: PreparedEvent, offset: int, turn_offset: int | None) -> dic
         search_length=len(tokens),
         blank=not event.content.strip(),
         attachment_nodes=[
-            {
-                "position": position,
-                "id": a.id,
-                "filename": a.filename,
-                "mime_type": a.mime_type,
-                "size_bytes": a.size_bytes,
-                "content_hash": a.content_hash,
-                "storage_uri": a.storage_uri,
-                "created_at": None if a.created_at is None else to_micros(a.created_at),
-            }
+            {"position": position, "id": a.id, "filename": a.filename, **_file(a)}
             for position, a in enumerate(event.attachments)
         ],
         data_nodes=[
@@ -179,27 +169,29 @@ def _event(prepared: PreparedEvent, offset: int, turn_offset: int | None) -> dic
             for position, d in enumerate(event.data)
         ],
         asset_nodes=[
-            {
-                "position": position,
-                "asset_id": a.asset_id,
-                "name": a.name,
-                "mime_type": a.mime_type,
-                "size_bytes": a.size_bytes,
-                "content_hash": a.content_hash,
-                "storage_uri": a.storage_uri,
-                "created_at": None if a.created_at is None else to_micros(a.created_at),
-            }
+            {"position": position, "asset_id": a.asset_id, "name": a.name, **_file(a)}
             for position, a in enumerate(event.assets)
         ],
     )
     return values
 
 
+def _file(item: Attachment | Asset) -> dict[str, Any]:
+    """What an attachment's node and an asset's both hold of their file."""
+    return {
+        "mime_type": item.mime_type,
+        "size_bytes": item.size_bytes,
+        "content_hash": item.content_hash,
+        "storage_uri": item.storage_uri,
+        "created_at": None if item.created_at is None else to_micros(item.created_at),
+    }
+
+
 def _json_text(value: Any) -> str:
     return _json.dumps(value, "data json")
 
 
-def append_parameters(prepared: PreparedAppend) -> dict[str, Any]:
+def append_parameters(prepared: spi.PreparedAppend) -> dict[str, Any]:
     """The parameters of `CypherQueries.append` for one append (or batch)."""
     events: list[dict[str, Any]] = []
     turn: int | None = None

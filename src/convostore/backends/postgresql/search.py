@@ -21,11 +21,11 @@ from typing import Any, Final
 
 from psycopg import sql
 
+from convostore.backends import spi
 from convostore.backends.postgresql import statements
 from convostore.backends.postgresql.connection import DRIVER, Connection
 from convostore.backends.postgresql.operations import fetch_all, fetch_one
 from convostore.backends.postgresql.rows import event_from_row, tsquery, vector_text
-from convostore.backends.spi import Metric, VectorIndexSpec
 from convostore.backends.sql.aio import drive
 from convostore.backends.sql.embeddings import Embeddings
 from convostore.model import Message, Role, SearchHit
@@ -41,8 +41,8 @@ __all__ = [
 
 HNSW_INDEX: Final = "events_embedding_hnsw"
 # pgvector's operator and operator class for each metric.
-_DISTANCE: Final[dict[Metric, str]] = {"cosine": "<=>", "euclidean": "<->"}
-_OPERATOR_CLASS: Final[dict[Metric, str]] = {
+_DISTANCE: Final[dict[spi.Metric, str]] = {"cosine": "<=>", "euclidean": "<->"}
+_OPERATOR_CLASS: Final[dict[spi.Metric, str]] = {
     "cosine": "vector_cosine_ops",
     "euclidean": "vector_l2_ops",
 }
@@ -87,7 +87,7 @@ def _from(owner: bool) -> str:
 
 @functools.cache
 def vector_search_sql(
-    metric: Metric,
+    metric: spi.Metric,
     width: int,
     by_model: bool,
     owner: bool,
@@ -139,7 +139,7 @@ def text_search_sql(owner: bool, session: bool, roles: bool) -> str:
     )
 
 
-def hnsw_index_ddl(schema: str, spec: VectorIndexSpec) -> sql.Composed:
+def hnsw_index_ddl(schema: str, spec: spi.VectorIndexSpec) -> sql.Composed:
     """The HNSW index of ``spec``: its width and metric, over its model's messages of
     that width. The model name is DDL, which takes no parameters: it is a quoted
     literal."""
@@ -167,7 +167,7 @@ def _drop_hnsw_ddl(schema: str) -> sql.Composed:
 async def declare_vector_index(
     connection: Connection,
     schema: str,
-    spec: VectorIndexSpec,
+    spec: spi.VectorIndexSpec,
     *,
     replace: bool,
     build: bool,
@@ -226,13 +226,14 @@ def _query_vector(vector: Sequence[float]) -> str:
 async def vector_search(
     connection: Connection,
     vector: tuple[float, ...],
-    metric: Metric,
+    metric: spi.Metric,
     model: str | None,
     k: int,
     scope: tuple[str | None, str | None, tuple[Role, ...] | None],
 ) -> list[SearchHit]:
     owner_id, session_id, roles = scope
-    statement = vector_search_sql(
+    # Which filters the statement has: the model and each part of the scope given.
+    shape = (
         metric,
         len(vector),
         model is not None,
@@ -240,6 +241,7 @@ async def vector_search(
         session_id is not None,
         roles is not None,
     )
+    statement = vector_search_sql(*shape)
     parameters = {
         "vector": _query_vector(vector),
         "model": model,
@@ -255,15 +257,7 @@ async def vector_search(
         # An HNSW walk can end short of k rows that the scope holds (a filtered scope,
         # an index rebuilt over replaced vectors): a short answer is checked by the
         # exact scan, which only then costs a pass over the scope.
-        exact = vector_search_sql(
-            metric,
-            len(vector),
-            model is not None,
-            owner_id is not None,
-            session_id is not None,
-            roles is not None,
-            exact=True,
-        )
+        exact = vector_search_sql(*shape, exact=True)
         rows = await fetch_all(connection, exact, parameters, binary=True, prepare=False)
     hits = [
         SearchHit(message, _score(metric, row[23]))
@@ -275,7 +269,7 @@ async def vector_search(
     return hits
 
 
-def _score(metric: Metric, distance: float) -> float:
+def _score(metric: spi.Metric, distance: float) -> float:
     """Higher is better, as `convostore._vectors.top_k` scores: cosine similarity, or
     the negative Euclidean distance. A zero vector has no direction: similarity 0."""
     if math.isnan(distance):

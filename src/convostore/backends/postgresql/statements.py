@@ -118,7 +118,22 @@ UPSERT_USER: Final = (
     " metadata = excluded.metadata"
 )
 
+
+def _users_added(once: str) -> str:
+    """The step that stores the users a statement gives (those absent), once the step
+    ``once`` has written its row."""
+    return f"""users_added AS (
+    INSERT INTO users ({USER_COLUMNS})
+    SELECT given.id, given.display_name, given.username, given.email, given.kind,
+        given.metadata::json
+    FROM {_USERS_GIVEN}
+    WHERE EXISTS (SELECT 1 FROM {once})
+    ON CONFLICT (id) DO NOTHING
+)"""
+
+
 # ---------------------------------------------------------------------------- sessions
+
 
 # One statement checks the users and the parent, inserts the session, then (only if it
 # was inserted) its users and its metadata entries of the keys indexed when it runs, and
@@ -137,14 +152,7 @@ inserted AS (
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ),
-users_added AS (
-    INSERT INTO users ({USER_COLUMNS})
-    SELECT given.id, given.display_name, given.username, given.email, given.kind,
-        given.metadata::json
-    FROM {_USERS_GIVEN}
-    WHERE EXISTS (SELECT 1 FROM inserted)
-    ON CONFLICT (id) DO NOTHING
-),
+{_users_added("inserted")},
 metadata_indexed AS (
     INSERT INTO session_metadata (name, value, session_id)
     SELECT entry.name, entry.value, inserted.id
@@ -216,14 +224,7 @@ inserted AS (
         AS ({_APPENDED_TYPES})) WITH ORDINALITY AS w ({_APPENDED_COLUMNS}, n)
     RETURNING seq, author_id
 ),
-users_added AS (
-    INSERT INTO users ({USER_COLUMNS})
-    SELECT given.id, given.display_name, given.username, given.email, given.kind,
-        given.metadata::json
-    FROM {_USERS_GIVEN}
-    WHERE EXISTS (SELECT 1 FROM advanced)
-    ON CONFLICT (id) DO NOTHING
-),
+{_users_added("advanced")},
 participants_added AS (
     INSERT INTO participants (session_id, user_id, first_seq)
     SELECT %(session_id)s, inserted.author_id, min(inserted.seq) FROM inserted

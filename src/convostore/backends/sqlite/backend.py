@@ -9,21 +9,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Self, TypeVar, TypeVarTuple
 
-from convostore.backends.interface import (
-    Capabilities,
-    DatabaseStats,
-    TextQuery,
-    VectorQuery,
-    closed_on_failure,
-)
-from convostore.backends.spi import (
-    AppendOutcome,
-    NewSession,
-    PendingEmbedding,
-    PreparedAppend,
-    SessionChanges,
-    VectorIndexSpec,
-)
+from convostore.backends import interface, spi
 from convostore.backends.sql.backend import Parameters, SQLBackend
 from convostore.backends.sqlite import statements as sql
 from convostore.backends.sqlite.connection import (
@@ -65,14 +51,6 @@ from convostore.backends.sqlite.url import SQLiteTarget, parse_sqlite_url
 from convostore.backends.sqlite.worker import ConnectionWorker, translate_error
 from convostore.errors import BackendUnavailableError, InvalidArgumentError
 from convostore.filters import EventFilter
-from convostore.model import (
-    Event,
-    Message,
-    Role,
-    SearchHit,
-    Session,
-    User,
-)
 
 __all__ = ["READER_THREADS", "SEARCH_THREADS", "SQLiteBackend"]
 
@@ -101,7 +79,7 @@ class SQLiteBackend(SQLBackend):
 
     def __init__(self, target: SQLiteTarget) -> None:
         self.target = target
-        self.capabilities = Capabilities(
+        self.capabilities = interface.Capabilities(
             persistent=not target.in_memory,
             # Text search runs on the FTS5 index of message content (see `search`).
             full_text_index=True,
@@ -123,33 +101,24 @@ class SQLiteBackend(SQLBackend):
         self._vector_cache = VectorCache()
         self._event_cache = EventCache()
         # No other connection can see a :memory: database, so it reads where it writes.
-        self._readers = (
-            self._writer
-            if target.in_memory
-            else ConnectionWorker(
-                "convostore-sqlite-reader",
-                where,
-                functools.partial(open_connection, target, reader=True),
-                threads=READER_THREADS,
-            )
-        )
+        self._readers = self._reading_worker("convostore-sqlite-reader", where, READER_THREADS)
         if self._readers is not self._writer:
             self._writer.checkpoint_on(self._readers)
         # Searches run on a thread of their own, so a slow one (a cold vector cache, a
         # large scan) never holds up the readers that every other read waits for.
-        self._searchers = (
-            self._writer
-            if target.in_memory
-            else ConnectionWorker(
-                "convostore-sqlite-search",
-                where,
-                functools.partial(open_connection, target, reader=True),
-                threads=SEARCH_THREADS,
-            )
-        )
+        self._searchers = self._reading_worker("convostore-sqlite-search", where, SEARCH_THREADS)
         # Bounded reads (a window, a row by key) run on the caller's thread on a
         # connection of their own, where a thread hop would cost more than the read.
         self._inline_reader = None if target.in_memory else InlineConnection(where)
+
+    def _reading_worker(self, name: str, where: str, threads: int) -> ConnectionWorker:
+        """Threads with reading connections of their own; the writer where the database
+        is in memory (no other connection can see it, so it reads where it writes)."""
+        target = self.target
+        if target.in_memory:
+            return self._writer
+        opener = functools.partial(open_connection, target, reader=True)
+        return ConnectionWorker(name, where, opener, threads=threads)
 
     @classmethod
     async def open(cls, url: str, **options: Any) -> Self:
@@ -163,7 +132,7 @@ class SQLiteBackend(SQLBackend):
         backend = cls(target)
         await backend._writer.start()
         # A failure stops whichever threads started; the rest of close() is a no-op.
-        async with closed_on_failure(backend):
+        async with interface.closed_on_failure(backend):
             await backend._writer.run(prepare_database, target)
             if backend._readers is not backend._writer:
                 await backend._readers.start()
@@ -183,10 +152,10 @@ class SQLiteBackend(SQLBackend):
         except sqlite3.Error as error:
             raise translate_error(error, target.path) from error
 
-    async def stats(self) -> DatabaseStats:
+    async def stats(self) -> interface.DatabaseStats:
         row = await self._readers.run(read_all, sql.STATEMENTS.database_stats, ())
         users, sessions, events, messages, vectors, size = row[0]
-        return DatabaseStats(
+        return interface.DatabaseStats(
             users, sessions, events, messages, vectors, None if self.target.in_memory else size
         )
 
@@ -243,18 +212,18 @@ class SQLiteBackend(SQLBackend):
 
     # ---------------------------------------------------------------- users
 
-    async def put_user(self, user: User) -> None:
+    async def put_user(self, user: spi.User) -> None:
         await self._write(write_put_user, user, small=True)
 
     # ---------------------------------------------------------------- sessions
 
-    async def insert_session(self, new: NewSession, *, if_absent: bool) -> Session | None:
+    async def insert_session(self, new: spi.NewSession, *, if_absent: bool) -> spi.Session | None:
         return await self._write(write_insert_session, new, if_absent, small=True)
 
-    async def find_or_insert_part(self, new: NewSession) -> Session:
+    async def find_or_insert_part(self, new: spi.NewSession) -> spi.Session:
         return await self._write(write_find_or_insert_part, new, small=True)
 
-    async def update_session(self, changes: SessionChanges) -> Session:
+    async def update_session(self, changes: spi.SessionChanges) -> spi.Session:
         return await self._write(write_update_session, changes, small=True)
 
     async def add_indexed_keys(self, keys: frozenset[str]) -> frozenset[str]:
@@ -265,11 +234,11 @@ class SQLiteBackend(SQLBackend):
 
     # ---------------------------------------------------------------- the log
 
-    async def append(self, append: PreparedAppend) -> AppendOutcome:
+    async def append(self, append: spi.PreparedAppend) -> spi.AppendOutcome:
         self._text_indexer.count(sum(1 for p in append.events if p.message_json is not None))
         return await self._write(write_append, append, small=_is_small(append))
 
-    async def read(self, session_id: str, event_filter: EventFilter) -> list[Event]:
+    async def read(self, session_id: str, event_filter: EventFilter) -> list[spi.Event]:
         cache = self._event_cache
         if _is_small_window(event_filter):
             ran, events = self._read_inline(read_events, cache, session_id, event_filter)
@@ -285,18 +254,18 @@ class SQLiteBackend(SQLBackend):
 
     # ---------------------------------------------------------------- vectors and text
 
-    async def vector_index_spec(self) -> VectorIndexSpec | None:
+    async def vector_index_spec(self) -> spi.VectorIndexSpec | None:
         return await self._readers.run(read_vector_index)
 
-    async def declare_vector_index(self, spec: VectorIndexSpec, *, replace: bool) -> None:
+    async def declare_vector_index(self, spec: spi.VectorIndexSpec, *, replace: bool) -> None:
         await self._write(write_vector_index, spec, replace)
 
     async def pending_embeddings(
-        self, model: str, roles: Sequence[Role], after: str | None, limit: int
-    ) -> list[PendingEmbedding]:
+        self, model: str, roles: Sequence[spi.Role], after: str | None, limit: int
+    ) -> list[spi.PendingEmbedding]:
         return await self._readers.run(read_pending, model, roles, after, limit)
 
-    async def count_pending_embeddings(self, model: str, roles: Sequence[Role]) -> int:
+    async def count_pending_embeddings(self, model: str, roles: Sequence[spi.Role]) -> int:
         return await self._readers.run(read_count_pending, model, roles)
 
     async def set_embeddings(
@@ -304,7 +273,7 @@ class SQLiteBackend(SQLBackend):
     ) -> None:
         await self._write(write_embeddings, model, vectors, stamp)
 
-    async def vector_search(self, query: VectorQuery) -> list[SearchHit]:
+    async def vector_search(self, query: interface.VectorQuery) -> list[spi.SearchHit]:
         scope = query.scope
         return await self._searchers.run(
             in_read_snapshot,
@@ -315,7 +284,7 @@ class SQLiteBackend(SQLBackend):
             ),
         )
 
-    async def text_search(self, query: TextQuery) -> list[SearchHit]:
+    async def text_search(self, query: interface.TextQuery) -> list[spi.SearchHit]:
         scope = query.scope
         # Whatever was appended before this search, in any process, is indexed first.
         await self._write(write_catch_up)
@@ -331,7 +300,7 @@ INLINE_EVENTS: Final = 8
 INLINE_CHARACTERS: Final = 32_768
 
 
-def _is_small(append: PreparedAppend) -> bool:
+def _is_small(append: spi.PreparedAppend) -> bool:
     if len(append.events) > INLINE_EVENTS:
         return False
     size = 0
@@ -339,7 +308,7 @@ def _is_small(append: PreparedAppend) -> bool:
         size += len(prepared.metadata_json) + len(prepared.payload_json or "")
         parts = prepared.message_json
         event = prepared.event
-        if parts is not None and isinstance(event, Message):
+        if parts is not None and isinstance(event, spi.Message):
             size += len(event.content or "") + len(event.narration or "")
             size += len(parts.tool_calls) + len(parts.attachments) + len(parts.data)
             size += len(parts.assets) + len(parts.recipient_ids)
