@@ -282,12 +282,7 @@ class FeedVectors:
                 await turn.enter_async_context(cache.turn())
             async with snapshot(connection):
                 if cache is not None:
-                    scope = query.scope.owner_id, query.scope.session_id, query.scope.roles
-                    shortlisted = await cache.shortlisted_async(
-                        MySQLFeed(connection),
-                        (query.model, len(query.vector)),
-                        *(query.vector, query.metric, query.k, *scope),
-                    )
+                    shortlisted = await cache.shortlisted_async(MySQLFeed(connection), query)
                     await turn.aclose()
                 return await scan(connection, query, shortlisted)
 

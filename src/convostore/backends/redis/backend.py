@@ -814,10 +814,9 @@ class RedisBackend(interface.Backend):
         self, query: spi.VectorQuery, buckets: list[int] | None
     ) -> list[_Scanned]:
         """The shortlist of each bucket's cached vectors (see `vector_cache`), with their
-        stored vectors; a bucket whose cache is ahead of what it reads is scanned."""
-        scope = query.scope
+        stored vectors; a bucket whose cache is ahead of what it reads is scanned. (A
+        search of one session never comes here: it is scanned.)"""
         targets = list(range(self.buckets)) if buckets is None else buckets
-        key = (query.model, len(query.vector))
         if self._cache_turn is None:
             self._cache_turn = asyncio.Lock()
         shortlisted: dict[int, list[int]] = {}
@@ -831,10 +830,7 @@ class RedisBackend(interface.Backend):
             for bucket, (change, pruned) in zip(targets, positions, strict=True):
                 cache = self._caches.setdefault(bucket, VectorCache())
                 answer = _BucketFeed(self, bucket, Position(0, int(change), int(pruned)))
-                rowids = await cache.shortlisted_async(
-                    answer, key, query.vector, query.metric, query.k, scope.owner_id, None,
-                    scope.roles,
-                )  # fmt: skip
+                rowids = await cache.shortlisted_async(answer, query)
                 if rowids is None:
                     rescan.append(bucket)
                 elif len(rowids):

@@ -40,7 +40,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -68,6 +68,7 @@ __all__ = [
     "VectorTable",
     "VectorsAfter",
     "VectorsOf",
+    "key_of",
     "key_parameters",
     "run",
     "run_async",
@@ -237,6 +238,11 @@ async def run_async(steps: Steps[T], answer: Callable[[Request], Awaitable[Any]]
     except StopIteration as done:
         result: T = done.value
         return result
+
+
+def key_of(search: spi.VectorQuery) -> CacheKey:
+    """The key of the vectors ``search`` ranks: its model and its vector's width."""
+    return (search.model, len(search.vector))
 
 
 def shortlist(k: int) -> int:
@@ -457,28 +463,22 @@ class VectorTable:
             keep = matches if keep is None else keep & matches
         return keep
 
-    def shortlisted(
-        self,
-        vector: Sequence[float],
-        metric: spi.Metric,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
-    ) -> Rowids:
-        """The rowids, in rowid order, of the rows in scope the exact ranking must see
-        for the top ``k`` (see the module)."""
-        keep = self._in_scope(owner_id, session_id, roles)
+    def shortlisted(self, search: spi.VectorQuery) -> Rowids:
+        """The rowids, in rowid order, of the rows in the scope of ``search`` the exact
+        ranking must see for its top k (see the module)."""
+        scope, k = search.scope, search.k
+        keep = self._in_scope(scope.owner_id, scope.session_id, scope.roles)
         rows = None if keep is None else np.flatnonzero(keep)
         size = self.count if rows is None else rows.shape[0]
         if size <= shortlist(k):
             return np.sort(self.rowids[: self.count] if rows is None else self.rowids[rows])
-        query = np.asarray(vector, dtype=np.float32)
+        query = np.asarray(search.vector, dtype=np.float32)
         if size > SIGNS_FROM:
             rows = self._nearest_by_signs(query, rows, size, keep)
         elif rows is None:
             rows = np.arange(self.count)
-        return np.sort(self.rowids[self._best_by_codes(query, metric, rows, shortlist(k))])
+        chosen = self._best_by_codes(query, search.metric, rows, shortlist(k))
+        return np.sort(self.rowids[chosen])
 
     def _nearest_by_signs(
         self,
@@ -555,25 +555,15 @@ class VectorCache:
         return self._table
 
     def shortlisted(
-        self,
-        answer: Callable[[Request], Any],
-        key: CacheKey,
-        vector: Sequence[float],
-        metric: spi.Metric,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
+        self, answer: Callable[[Request], Any], search: spi.VectorQuery
     ) -> Rowids | None:
-        """`VectorTable.shortlisted` on the table brought to the snapshot ``answer``
-        reads; None when that snapshot is older than the table (the caller then scans
-        the database)."""
+        """`VectorTable.shortlisted` on the table of the search's key brought to the
+        snapshot ``answer`` reads; None when that snapshot is older than the table (the
+        caller then scans the database)."""
         # Held while rows are read: a search that waits needs those rows too.
         with self._lock:
-            table = run(self._brought_to(key), answer)
-            if table is None:
-                return None
-            return table.shortlisted(vector, metric, k, owner_id, session_id, roles)
+            table = run(self._brought_to(key_of(search)), answer)
+            return None if table is None else table.shortlisted(search)
 
     def turn(self) -> asyncio.Lock:
         """The lock an asyncio search holds while it brings the table to its snapshot
@@ -584,21 +574,11 @@ class VectorCache:
         return self._async_lock
 
     async def shortlisted_async(
-        self,
-        answer: Callable[[Request], Awaitable[Any]],
-        key: CacheKey,
-        vector: Sequence[float],
-        metric: spi.Metric,
-        k: int,
-        owner_id: str | None,
-        session_id: str | None,
-        roles: tuple[Role, ...] | None,
+        self, answer: Callable[[Request], Awaitable[Any]], search: spi.VectorQuery
     ) -> Rowids | None:
         """`shortlisted` with an asyncio ``answer``; the caller holds `turn`."""
-        table = await run_async(self._brought_to(key), answer)
-        if table is None:
-            return None
-        return table.shortlisted(vector, metric, k, owner_id, session_id, roles)
+        table = await run_async(self._brought_to(key_of(search)), answer)
+        return None if table is None else table.shortlisted(search)
 
     def _brought_to(self, key: CacheKey) -> Steps[VectorTable | None]:
         position: Position = yield ReadPosition()

@@ -100,8 +100,8 @@ def read_vector_search(
     scope = owner_id, session_id, roles
     shortlisted = None
     if cache is not None:
-        key = (model, len(vector))
-        shortlisted = cache.shortlisted(SQLiteFeed(connection), key, vector, metric, k, *scope)
+        search = spi.VectorQuery(vector, metric, model, k, spi.SearchScope(*scope))
+        shortlisted = cache.shortlisted(SQLiteFeed(connection), search)
     return drive(connection, vector_search(SEARCH, vector, metric, model, k, scope, shortlisted))
 
 
