@@ -6,7 +6,6 @@ under writers. The contract suite runs on the cluster as the backend ``galera``
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import itertools
 import os
 import time
@@ -25,18 +24,15 @@ from convostore import (
     Store,
     User,
 )
+from tests.backends.support import missing_driver, served
 
-if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true":
-    pytest.skip(
-        "the mysql extra is not installed: pip install 'convostore[mysql]'",
-        allow_module_level=True,
-    )
+if skip_reason := missing_driver("asyncmy", "mysql"):
+    pytest.skip(skip_reason, allow_module_level=True)
 
 from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, parse_mysql_url, schema
 from convostore.backends.mysql.connection import fetch_all, open_connection
 from convostore.backends.sql.migrate import migrate
 from convostore.backends.sql.steps import Query, Steps
-from tests.backends.support import served
 from tests.servers.galera import (
     GaleraCluster,
     TestCluster,

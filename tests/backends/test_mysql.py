@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib.util
 import itertools
 import os
 import subprocess
@@ -34,14 +33,12 @@ from convostore import (
     Store,
     User,
 )
+from tests.backends.support import missing_driver, server_unavailable
 
 # Without the driver there is nothing here to test: skipped on a laptop, and under CI
 # (which installs every extra) the imports below fail the run.
-if importlib.util.find_spec("asyncmy") is None and os.environ.get("CI") != "true":
-    pytest.skip(
-        "the mysql extra is not installed: pip install 'convostore[mysql]'",
-        allow_module_level=True,
-    )
+if skip_reason := missing_driver("asyncmy", "mysql"):
+    pytest.skip(skip_reason, allow_module_level=True)
 
 import asyncmy
 
@@ -49,7 +46,6 @@ from convostore.backends.mysql import SCHEMA_VERSION, MySQLBackend, MySQLTarget,
 from convostore.backends.mysql.connection import DRIVER, fetch_all, fetch_one
 from convostore.backends.sql.aio import RollbackAndReturn, in_transaction
 from tests.backends.faults import appends_survive_a_restart, the_pool_recovers
-from tests.backends.support import server_unavailable
 from tests.servers.mariadb import (
     MariaDBServer,
     ServerUnavailable,
