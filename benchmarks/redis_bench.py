@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -229,13 +231,18 @@ async def vector_rows(label: str, url: str, data: VectorData, after: str) -> Non
             print(f"{row}: p50 {p50:.2f} ms, recall@10 {recall:.3f}")
 
 
-async def one_server(url: str, arguments: argparse.Namespace) -> None:
+async def appends_and_lookups(where: str, url: str, arguments: argparse.Namespace) -> None:
+    """Rows 1 and 2 on the servers of ``url`` (``where``: "one server", ...)."""
     for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
         rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
-        print(f"one server, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        print(f"{where}, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
     for buckets in (64, 1024):
         ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
-        print(f"one server, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+        print(f"{where}, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+
+
+async def one_server(url: str, arguments: argparse.Namespace) -> None:
+    await appends_and_lookups("one server", url, arguments)
     per_million = await memory_per_million(url + "_memory", 20_000)
     print(f"one server: {per_million / 2**30:.2f} GiB per million messages of 60 characters")
     first, fiftieth, window = await reads(url + "_reads")
@@ -246,12 +253,32 @@ async def one_server(url: str, arguments: argparse.Namespace) -> None:
 
 
 async def on_cluster(url: str, arguments: argparse.Namespace) -> None:
-    for label, suffix in (("durable", ""), ("fsync=no", "&fsync=no")):
-        rate, p50, p99 = await appends(f"{url}_{label[:3]}{suffix}", arguments.appends)
-        print(f"3x1 cluster, {label}: {rate:,.0f} appends/s, p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-    for buckets in (64, 1024):
-        ms = await lookup(f"{url}_lookup{buckets}&buckets={buckets}")
-        print(f"3x1 cluster, cross-owner lookup at {buckets} buckets: {ms:.2f} ms")
+    await appends_and_lookups("3x1 cluster", url, arguments)
+
+
+class Servers(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def url(self, namespace: str | None = None) -> str: ...
+
+
+async def on_servers(
+    servers: Servers,
+    label: str,
+    data: VectorData,
+    after: str,
+    then: Callable[[str], Awaitable[None]] | None,
+) -> None:
+    """Start ``servers``, run the vector rows (`vector_rows`) and ``then`` on them, and
+    stop them."""
+    servers.start()
+    try:
+        url = servers.url("bench")
+        await vector_rows(label, url + "_vectors", data, after)
+        if then is not None:
+            await then(url)
+    finally:
+        servers.stop()
 
 
 async def main() -> None:
@@ -266,15 +293,9 @@ async def main() -> None:
     from tests.servers.redis import RedisCluster, RedisServer
 
     data = VectorData(arguments.vectors)
-    single = RedisServer()
-    single.start()
-    try:
-        url = single.url("bench")
-        await vector_rows("one server", url + "_vectors", data, "vector sets")
-        if not arguments.only_vectors:
-            await one_server(url, arguments)
-    finally:
-        single.stop()
+    more = not arguments.only_vectors
+    then = functools.partial(one_server, arguments=arguments) if more else None
+    await on_servers(RedisServer(), "one server", data, "vector sets", then)
     if not arguments.skip_postgresql and not arguments.only_vectors:
         from tests.servers.postgresql import PostgresServer
 
@@ -285,23 +306,11 @@ async def main() -> None:
                 f"last-20 of 2,000 events {window:.2f} ms"
             )
     if not arguments.skip_cluster:
-        cluster = RedisCluster()
-        cluster.start()
-        try:
-            url = cluster.url("bench")
-            await vector_rows("3x1 cluster", url + "_vectors", data, "vector sets")
-            if not arguments.only_vectors:
-                await on_cluster(url, arguments)
-        finally:
-            cluster.stop()
+        then = functools.partial(on_cluster, arguments=arguments) if more else None
+        await on_servers(RedisCluster(), "3x1 cluster", data, "vector sets", then)
     if not arguments.skip_valkey:
         valkey = RedisCluster(flavor="valkey")
-        valkey.start()
-        try:
-            url = valkey.url("bench")
-            await vector_rows("3x1 Valkey cluster", url + "_vectors", data, "vector cache")
-        finally:
-            valkey.stop()
+        await on_servers(valkey, "3x1 Valkey cluster", data, "vector cache", None)
 
 
 if __name__ == "__main__":
