@@ -23,6 +23,8 @@ operating is a failure, never a skip.
 
 from __future__ import annotations
 
+import functools
+
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -135,18 +137,38 @@ class BackendUnderTest:
     """One backend and the database of one test: ``backend()`` is its URL, the same on
     every call, so a test can open a second store on the same database (when
     ``capabilities.persistent`` / ``cross_process`` say that means something).
-    ``crash``: how to crash its server and restart it, where the runner can."""
+    ``crash``: how to crash its server and restart it, where the runner can.
 
-    def __init__(self, name: str, url: str, crash: ServerCrash | None = None) -> None:
+    A server's database is made on the first call, not before: a test that never asks
+    for one (the differential test after its first, which keeps its population on the
+    database it was given) costs none, and does not empty a server of one database
+    (Neo4j Community's) under the population another test keeps there."""
+
+    def __init__(
+        self,
+        name: str,
+        url: str | Callable[[], str],
+        crash: Callable[[str], ServerCrash | None] | None = None,
+    ) -> None:
         self.name = name
-        self.url = url
-        self.crash = crash
+        self._url = url
+        self._crash = crash
+
+    @property
+    def url(self) -> str:
+        if callable(self._url):
+            self._url = self._url()
+        return self._url
+
+    @property
+    def crash(self) -> ServerCrash | None:
+        return None if self._crash is None else self._crash(self.url)
 
     def __call__(self) -> str:
         return self.url
 
     def __repr__(self) -> str:
-        return f"BackendUnderTest({self.name!r}, {self.url!r})"
+        return f"BackendUnderTest({self.name!r})"
 
 
 def backend_fixture(
@@ -169,17 +191,20 @@ def backend_fixture(
         if name in opted_out:
             pytest.skip(f"backend {name!r} skipped: {SKIP_VARIABLE} names it")
         entry = backends[name]
-        crash = None
-        if isinstance(entry, OnServer):
-            server = request.getfixturevalue(entry.server)
-            url = server if isinstance(server, Unavailable) else entry.fresh(server)
-            if entry.crash is not None and isinstance(url, str):
-                crash = entry.crash(server, url)
-        else:
+        if not isinstance(entry, OnServer):
             url = entry(tmp_path)
-        if isinstance(url, Unavailable):
-            backend_missing(name, url.reason)
-        return BackendUnderTest(name, url, crash)
+            if isinstance(url, Unavailable):
+                backend_missing(name, url.reason)
+            return BackendUnderTest(name, url)
+        server = request.getfixturevalue(entry.server)
+        if isinstance(server, Unavailable):
+            backend_missing(name, server.reason)
+        crash = entry.crash
+        return BackendUnderTest(
+            name,
+            functools.partial(entry.fresh, server),
+            None if crash is None else functools.partial(crash, server),
+        )
 
     return backend
 
