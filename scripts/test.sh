@@ -17,4 +17,4 @@ fi
 # Two workers (CONVOSTORE_TEST_WORKERS=0 runs in this process), the tests of one server
 # on one of them (see tests/conftest.py): much of the suite waits on fsync, replication
 # and the servers' start, so two workers gain even on two cores.
-.venv/bin/pytest -n "${CONVOSTORE_TEST_WORKERS:-2}" --dist loadgroup "$@"
+.venv/bin/pytest -n "${CONVOSTORE_TEST_WORKERS:-2}" --dist loadgroup --durations=30 "$@"
