@@ -302,26 +302,29 @@ SAME_CODE_AS = {
     "valkey_cluster": "redis",
 }
 ABOVE_THE_STORE = ("tests.contract.", "tests.integrations.")
+# The inspector's pages (a browser over the HTTP API) run on an embedded backend, a file
+# and a server: what they show comes through the API the other tests run everywhere.
+INSPECTOR_BACKENDS = frozenset({"memory", "sqlite", "postgresql"})
 
 
-def _above_the_store_on_a_variant(item: pytest.Item) -> bool:
+def _left_out_above_the_store(item: pytest.Item) -> bool:
     module = getattr(item, "module", None)
     callspec = getattr(item, "callspec", None)
-    return (
-        module is not None
-        and module.__name__.startswith(ABOVE_THE_STORE)
-        and callspec is not None
-        and callspec.params.get("backend") in SAME_CODE_AS
-    )
+    if module is None or callspec is None or not module.__name__.startswith(ABOVE_THE_STORE):
+        return False
+    backend = callspec.params.get("backend")
+    if module.__name__ == f"{__package__}.test_inspector":
+        return backend is not None and backend not in INSPECTOR_BACKENDS
+    return backend in SAME_CODE_AS
 
 
 def deselect_above_the_store_on_variants(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Leave out (as deselected) the tests above the Store on a backend id in
-    `SAME_CODE_AS`."""
-    variants = [item for item in items if _above_the_store_on_a_variant(item)]
+    `SAME_CODE_AS`, and the inspector's outside `INSPECTOR_BACKENDS`."""
+    variants = [item for item in items if _left_out_above_the_store(item)]
     if variants:
         config.hook.pytest_deselected(items=variants)
-        items[:] = [item for item in items if not _above_the_store_on_a_variant(item)]
+        items[:] = [item for item in items if not _left_out_above_the_store(item)]
 
 
 @pytest.hookimpl(tryfirst=True)
