@@ -24,7 +24,6 @@ operating is a failure, never a skip.
 from __future__ import annotations
 
 import functools
-
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
