@@ -91,3 +91,40 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     scheduler = LoadScopeScheduling(config, log)
     scheduler._split_scope = lambda nodeid: server_group(nodeid) or nodeid
     return scheduler
+
+
+# The tests above the Store (tests/contract's own modules: the HTTP server, its streams
+# and the inspector; tests/integrations: the framework adapters and the frameworks' own
+# suites) run once for each backend implementation. These backend ids run the code of
+# another on another server (MariaDB 11.8 and a Galera cluster MySQL's backend, the
+# clusters Redis's): they differ only below the Store, where the contract suite runs on
+# them in full.
+SAME_CODE = frozenset({"mariadb11", "galera", "redis_cluster", "valkey_cluster"})
+_ABOVE_THE_STORE = ("tests.contract.", "tests.integrations.")
+# The inspector's pages (a browser over the HTTP API) run on an embedded backend, a file
+# and a server: what they show comes through the API the other tests run everywhere.
+INSPECTOR_BACKENDS = frozenset({"memory", "sqlite", "postgresql"})
+
+
+def _left_out(item: pytest.Item) -> bool:
+    """Whether ``item`` is a test above the Store that this rule leaves out."""
+    module = getattr(item, "module", None)
+    callspec = getattr(item, "callspec", None)
+    if module is None or callspec is None or not module.__name__.startswith(_ABOVE_THE_STORE):
+        return False
+    backend = callspec.params.get("backend")
+    if module.__name__ == "tests.contract.test_inspector":
+        return backend is not None and backend not in INSPECTOR_BACKENDS
+    return backend in SAME_CODE
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the tests above the Store on a backend id of `SAME_CODE`, and the
+    inspector's outside `INSPECTOR_BACKENDS` (pytest counts them as deselected)."""
+    kept: list[pytest.Item] = []
+    left_out: list[pytest.Item] = []
+    for item in items:
+        (left_out if _left_out(item) else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept

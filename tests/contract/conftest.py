@@ -290,44 +290,6 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return collect_contract_suite(file_path, parent, Path(__file__))
 
 
-# The tests above the Store (this folder's own modules: the HTTP server, its streams and
-# the inspector; and tests/integrations: the framework adapters and the frameworks' own
-# suites) run once for each backend implementation. A backend id that runs the same code
-# on another server (MariaDB 11.8 and a Galera cluster run MySQL's backend, the clusters
-# Redis's) differs only below the Store, where the contract suite runs on it in full.
-SAME_CODE_AS = {
-    "mariadb11": "mariadb",
-    "galera": "mariadb",
-    "redis_cluster": "redis",
-    "valkey_cluster": "redis",
-}
-ABOVE_THE_STORE = ("tests.contract.", "tests.integrations.")
-# The inspector's pages (a browser over the HTTP API) run on an embedded backend, a file
-# and a server: what they show comes through the API the other tests run everywhere.
-INSPECTOR_BACKENDS = frozenset({"memory", "sqlite", "postgresql"})
-
-
-def _left_out_above_the_store(item: pytest.Item) -> bool:
-    module = getattr(item, "module", None)
-    callspec = getattr(item, "callspec", None)
-    if module is None or callspec is None or not module.__name__.startswith(ABOVE_THE_STORE):
-        return False
-    backend = callspec.params.get("backend")
-    if module.__name__ == f"{__package__}.test_inspector":
-        return backend is not None and backend not in INSPECTOR_BACKENDS
-    return backend in SAME_CODE_AS
-
-
-def deselect_above_the_store_on_variants(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leave out (as deselected) the tests above the Store on a backend id in
-    `SAME_CODE_AS`, and the inspector's outside `INSPECTOR_BACKENDS`."""
-    variants = [item for item in items if _left_out_above_the_store(item)]
-    if variants:
-        config.hook.pytest_deselected(items=variants)
-        items[:] = [item for item in items if not _left_out_above_the_store(item)]
-
-
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    deselect_above_the_store_on_variants(config, items)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_divergences(items, DIVERGENCES)

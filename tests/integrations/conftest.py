@@ -1,5 +1,6 @@
 """The adapters run on every backend implementation through the contract suite's fixtures
-(`tests.contract.conftest.SAME_CODE_AS`: a variant of one runs the contract alone).
+(`tests.conftest.SAME_CODE`: a backend id that runs another's code runs the contract
+alone).
 
 A test module whose framework is not installed is left out on a laptop (install the
 extras with scripts/setup.sh); under ``CI=true`` it is collected and its import fails
@@ -7,8 +8,6 @@ the run, so CI can never pass by leaving a framework out.
 """
 
 import importlib.util
-
-import pytest
 
 from convostore.testing.fixtures import OnServer
 from tests.contract import conftest as contract
@@ -47,8 +46,3 @@ def _missing(module: str) -> bool:
 collect_ignore = [
     name for name, module in _FRAMEWORK_OF.items() if not contract.in_ci() and _missing(module)
 ]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # As under tests/contract (when only this folder runs): once per implementation.
-    contract.deselect_above_the_store_on_variants(config, items)
