@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -48,16 +49,11 @@ _LOADED: set[Address] = set()
 _VREM_CRASHES_UP_TO: Final = (8, 2, 3)
 
 
-def _version(info: object) -> tuple[int, ...]:
-    """The ``redis_version`` of an ``INFO server`` reply (Valkey: its compatible one)."""
-    if isinstance(info, dict):  # redis-py parses the reply
-        found = info.get("redis_version", info.get(b"redis_version", "0"))
-    else:
-        text = info.decode() if isinstance(info, bytes) else str(info)
-        lines = [line for line in text.splitlines() if line.startswith("redis_version:")]
-        found = lines[0].split(":", 1)[1] if lines else "0"
-    text = found.decode() if isinstance(found, bytes) else str(found)
-    return tuple(int(part) for part in text.strip().split(".")[:3] if part.isdigit())
+def _version(info: Mapping[str, Any]) -> tuple[int, ...]:
+    """The ``redis_version`` of ``INFO server`` as redis-py parses it (Valkey gives the
+    Redis version it is compatible with)."""
+    numbers = re.findall(r"\d+", str(info.get("redis_version", "0")))
+    return tuple(int(number) for number in numbers[:3])
 
 
 class _Retry(Exception):
@@ -118,11 +114,10 @@ class Nodes:
             _LOADED.add(address)
 
     async def _have_vector_sets(self, address: Address) -> bool:
-        """Whether the server knows ``VCARD`` (Redis 8's vector sets; Valkey has none):
-        an unknown command is refused before its key is routed), and is not a version
-        whose ``VREM`` can crash it (`_VREM_CRASHES_UP_TO`)."""
-        info = await _command(self._client(address), "INFO", "server")
-        if _version(info) <= _VREM_CRASHES_UP_TO:
+        """Whether the server knows ``VCARD`` (Redis 8's vector sets; Valkey has none: an
+        unknown command is refused before its key is routed), and is not a version whose
+        ``VREM`` can crash it (`_VREM_CRASHES_UP_TO`)."""
+        if _version(await self._client(address).info("server")) <= _VREM_CRASHES_UP_TO:
             return False
         try:
             await _command(self._client(address), "VCARD", "convostore:probe")
