@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 AUTHOR = User("ada", "Ada")
 CONTENT = "What is the capital of France? Answer in one word, please."
-BACKENDS = ("memory", "sqlite", "postgresql", "mariadb", "falkordb")
+BACKENDS = ("memory", "sqlite", "postgresql", "mariadb", "falkordb", "redis")
 
 
 @contextlib.contextmanager
@@ -58,6 +58,11 @@ def server_urls(name: str) -> Iterator[Callable[[int], str]]:
         from tests.servers.falkordb import FalkorDBServer
 
         with FalkorDBServer() as server:
+            yield lambda n: server.url(f"hot_{n}")
+    elif name == "redis":
+        from tests.servers.redis import RedisServer
+
+        with RedisServer() as server:
             yield lambda n: server.url(f"hot_{n}")
     else:
         raise SystemExit(f"unknown backend {name!r}")
