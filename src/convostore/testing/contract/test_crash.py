@@ -46,7 +46,16 @@ async def test_a_crash_during_appends_keeps_every_acknowledged_append_whole(
                     enough.set()
 
         writers = [asyncio.create_task(writer(i)) for i in range(WRITERS)]
-        await enough.wait()
+        # Until enough are acknowledged, or a writer stopped before (its error is the
+        # failure: waiting on would never end).
+        waiting = asyncio.create_task(enough.wait())
+        await asyncio.wait([waiting, *writers], return_when=asyncio.FIRST_COMPLETED)
+        if not enough.is_set():
+            waiting.cancel()
+            for task in writers:
+                task.cancel()
+            failed = await asyncio.gather(*writers, return_exceptions=True)
+            pytest.fail(f"a writer stopped before the kill: {failed}")
         crash.kill()
         results = await asyncio.gather(*writers, return_exceptions=True)
         assert all(isinstance(r, BackendUnavailableError) for r in results), results
