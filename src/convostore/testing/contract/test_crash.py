@@ -51,11 +51,12 @@ async def test_a_crash_during_appends_keeps_every_acknowledged_append_whole(
         waiting = asyncio.create_task(enough.wait())
         await asyncio.wait([waiting, *writers], return_when=asyncio.FIRST_COMPLETED)
         if not enough.is_set():
+            stopped = [task.exception() for task in writers if task.done()]
             waiting.cancel()
             for task in writers:
                 task.cancel()
-            failed = await asyncio.gather(*writers, return_exceptions=True)
-            pytest.fail(f"a writer stopped before the kill: {failed}")
+            await asyncio.gather(*writers, return_exceptions=True)
+            pytest.fail(f"a writer stopped before the kill: {stopped}")
         crash.kill()
         results = await asyncio.gather(*writers, return_exceptions=True)
         assert all(isinstance(r, BackendUnavailableError) for r in results), results
